@@ -1,0 +1,23 @@
+// common.h: the one error type of the engine, and small helpers every file uses.
+//
+// Every user-facing problem (missing file, corrupt checkpoint, bad flag) is thrown as
+// olmo::Error with a message that names the file and the problem; main() prints it on one
+// line and exits non-zero. Nothing in the engine calls exit() or abort() on bad input.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace olmo {
+
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] inline void fail(const std::string& msg) { throw Error(msg); }
+
+// Reads a whole file into a string; fails with a clear message when it cannot.
+std::string read_file(const std::string& path);
+bool file_exists(const std::string& path);
+
+}  // namespace olmo

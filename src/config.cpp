@@ -1,0 +1,225 @@
+// config.cpp: config.json -> ModelConfig, with every check that makes a bad config an error
+// rather than a silent wrong answer.
+#include "config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+
+namespace olmo {
+
+using json = nlohmann::json;
+
+std::vector<float> RopeConfig::inv_freq(int head_dim) const {
+    // inv_freq[d] = theta^(-2d/hd) in fp32, as transformers' default RoPE init.
+    const int half = head_dim / 2;
+    std::vector<float> f(half);
+    for (int d = 0; d < half; d++) f[d] = 1.0f / std::pow(theta, (float)(2 * d) / (float)head_dim);
+    if (!yarn) return f;
+    // YaRN: blend interpolated (f/factor) and original frequencies with a linear ramp between
+    // the correction dims of beta_fast and beta_slow (transformers' _compute_yarn_parameters).
+    auto corr_dim = [&](float rot) {
+        return head_dim * std::log(original_max_pos / (rot * 2.0f * (float)M_PI)) / (2.0f * std::log(theta));
+    };
+    float low = std::max(std::floor(corr_dim(beta_fast)), 0.0f);
+    float high = std::min(std::ceil(corr_dim(beta_slow)), (float)(head_dim - 1));
+    if (low == high) high += 0.001f;
+    for (int d = 0; d < half; d++) {
+        float ramp = std::min(std::max((d - low) / (high - low), 0.0f), 1.0f);  // 1 = interpolate
+        f[d] = f[d] / factor * ramp + f[d] * (1.0f - ramp);
+    }
+    return f;
+}
+
+namespace {
+
+// Typed field access with errors that name the file and the key.
+struct Reader {
+    const json& j;
+    std::string where;
+    bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
+    int get_int(const char* k) const {
+        if (!has(k)) fail(where + ": missing \"" + k + "\"");
+        if (!j[k].is_number_integer()) fail(where + ": \"" + k + "\" must be an integer, got " + j[k].dump());
+        return j[k].get<int>();
+    }
+    int get_int(const char* k, int dflt) const { return has(k) ? get_int(k) : dflt; }
+    float get_float(const char* k, float dflt) const {
+        if (!has(k)) return dflt;
+        if (!j[k].is_number()) fail(where + ": \"" + k + "\" must be a number, got " + j[k].dump());
+        return j[k].get<float>();
+    }
+};
+
+// Reads one rope parameter object (4.x rope_scaling or a 5.x rope_parameters entry).
+RopeConfig parse_rope(const json& p, float theta, int max_pos, const std::string& where) {
+    RopeConfig r;
+    r.theta = theta;
+    if (p.is_null()) return r;
+    if (!p.is_object()) fail(where + ": rope parameters must be an object, got " + p.dump());
+    Reader rd{p, where};
+    r.theta = rd.get_float("rope_theta", theta);
+    std::string type = "default";
+    if (p.contains("rope_type") && p["rope_type"].is_string()) type = p["rope_type"];
+    else if (p.contains("type") && p["type"].is_string()) type = p["type"];
+    if (type == "default") return r;
+    if (type != "yarn") fail(where + ": unsupported rope type \"" + type + "\" (supported: default, yarn)");
+    r.yarn = true;
+    r.factor = rd.get_float("factor", 1.0f);
+    r.original_max_pos = rd.get_int("original_max_position_embeddings", max_pos);
+    r.beta_fast = rd.get_float("beta_fast", 32.0f);
+    r.beta_slow = rd.get_float("beta_slow", 1.0f);
+    if (r.factor <= 0 || r.original_max_pos <= 0) fail(where + ": YaRN needs factor > 0 and original_max_position_embeddings > 0");
+    if (rd.has("attention_factor")) {
+        r.attention_factor = rd.get_float("attention_factor", 1.0f);
+    } else {
+        // transformers' default: 0.1 ln(s) + 1, with s = max_pos / original_max_pos when the
+        // original length is given (DeepSeek convention), else the factor.
+        float s = p.contains("original_max_position_embeddings") ? (float)max_pos / r.original_max_pos : r.factor;
+        r.attention_factor = s <= 1.0f ? 1.0f : 0.1f * std::log(s) + 1.0f;
+    }
+    return r;
+}
+
+std::vector<int> parse_ids(const json& v, const std::string& where) {
+    std::vector<int> ids;
+    if (v.is_null()) return ids;
+    if (v.is_number_integer()) return {v.get<int>()};
+    if (!v.is_array()) fail(where + ": eos_token_id must be an integer or a list, got " + v.dump());
+    for (auto& x : v) {
+        if (!x.is_number_integer()) fail(where + ": eos_token_id list holds a non-integer " + x.dump());
+        ids.push_back(x.get<int>());
+    }
+    return ids;
+}
+
+}  // namespace
+
+ModelConfig parse_config(const std::string& text, const std::string& where) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        fail(where + ": malformed JSON: " + e.what());
+    }
+    if (!j.is_object()) fail(where + ": not a JSON object");
+    Reader rd{j, where};
+    ModelConfig c;
+    if (!j.contains("model_type") || !j["model_type"].is_string()) fail(where + ": missing \"model_type\"");
+    c.model_type = j["model_type"];
+    if (c.model_type == "olmo") c.family = Family::Olmo1;
+    else if (c.model_type == "olmo2") c.family = Family::Olmo2;
+    else if (c.model_type == "olmo3") c.family = Family::Olmo3;
+    else fail(where + ": unsupported model_type \"" + c.model_type + "\" (supported: olmo, olmo2, olmo3)");
+
+    c.hidden = rd.get_int("hidden_size");
+    c.intermediate = rd.get_int("intermediate_size");
+    c.n_layers = rd.get_int("num_hidden_layers");
+    c.n_heads = rd.get_int("num_attention_heads");
+    c.n_kv_heads = rd.get_int("num_key_value_heads", c.n_heads);
+    c.vocab = rd.get_int("vocab_size");
+    c.max_pos = rd.get_int("max_position_embeddings", 2048);
+    if (c.hidden <= 0 || c.intermediate <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
+        c.vocab <= 0 || c.max_pos <= 0)
+        fail(where + ": sizes must be positive");
+    c.head_dim = rd.get_int("head_dim", c.hidden / c.n_heads);
+    if (c.head_dim <= 0 || c.head_dim % 2) fail(where + ": head_dim must be positive and even, got " + std::to_string(c.head_dim));
+    if (!rd.has("head_dim") && c.hidden % c.n_heads) fail(where + ": hidden_size is not a multiple of num_attention_heads");
+    if (c.n_heads % c.n_kv_heads)
+        fail(where + ": num_attention_heads (" + std::to_string(c.n_heads) + ") is not a multiple of num_key_value_heads (" +
+             std::to_string(c.n_kv_heads) + ")");
+    if (rd.has("attention_bias") && j["attention_bias"].is_boolean() && j["attention_bias"].get<bool>())
+        fail(where + ": attention_bias = true is not supported (no OLMo checkpoint uses it)");
+    c.norm_eps = c.family == Family::Olmo1 ? 1e-5f : rd.get_float("rms_norm_eps", 1e-5f);
+    if (c.family == Family::Olmo1) c.clip_qkv = rd.get_float("clip_qkv", 0.0f);
+    if (c.clip_qkv < 0) fail(where + ": clip_qkv must be >= 0");
+    c.tie_embeddings = j.value("tie_word_embeddings", false);
+    if (rd.has("torch_dtype") && j["torch_dtype"].is_string()) c.dtype = j["torch_dtype"];
+    if (rd.has("dtype") && j["dtype"].is_string()) c.dtype = j["dtype"];
+    c.eos_ids = parse_ids(j.value("eos_token_id", json()), where);
+    c.pad_id = rd.get_int("pad_token_id", -1);
+
+    // Layer types: OLMo-3 alternates 3 sliding + 1 full unless layer_types says otherwise.
+    c.layer_sliding.assign(c.n_layers, false);
+    if (c.family == Family::Olmo3) {
+        c.sliding_window = rd.get_int("sliding_window", 0);
+        if (rd.has("layer_types")) {
+            const json& lt = j["layer_types"];
+            if (!lt.is_array() || (int)lt.size() != c.n_layers)
+                fail(where + ": layer_types must list one type per layer (" + std::to_string(c.n_layers) + ")");
+            for (int i = 0; i < c.n_layers; i++) {
+                std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
+                if (t != "sliding_attention" && t != "full_attention")
+                    fail(where + ": unknown layer type " + lt[i].dump());
+                c.layer_sliding[i] = t == "sliding_attention";
+            }
+        } else {
+            for (int i = 0; i < c.n_layers; i++) c.layer_sliding[i] = (i + 1) % 4 != 0;
+        }
+        bool any_sliding = false;
+        for (bool s : c.layer_sliding) any_sliding |= s;
+        if (any_sliding && c.sliding_window <= 0) fail(where + ": sliding layers need sliding_window > 0");
+    }
+
+    // RoPE: 5.x rope_parameters (flat, or keyed by layer type), else 4.x rope_theta + rope_scaling.
+    float theta = rd.get_float("rope_theta", 10000.0f);
+    if (rd.has("rope_parameters")) {
+        const json& rp = j["rope_parameters"];
+        if (!rp.is_object()) fail(where + ": rope_parameters must be an object");
+        if (rp.contains("full_attention") || rp.contains("sliding_attention")) {
+            c.rope_full = parse_rope(rp.value("full_attention", json()), theta, c.max_pos, where);
+            c.rope_sliding = parse_rope(rp.value("sliding_attention", json()), theta, c.max_pos, where);
+        } else {
+            c.rope_full = c.rope_sliding = parse_rope(rp, theta, c.max_pos, where);
+        }
+    } else {
+        c.rope_full = parse_rope(j.value("rope_scaling", json()), theta, c.max_pos, where);
+        // OLMo-3 applies rope_scaling (YaRN) on full-attention layers only.
+        c.rope_sliding = c.family == Family::Olmo3 ? parse_rope(json(), theta, c.max_pos, where) : c.rope_full;
+    }
+    return c;
+}
+
+ModelConfig load_config(const std::string& dir) {
+    const std::string path = dir + "/config.json";
+    ModelConfig c = parse_config(read_file(path), path);
+    const std::string gen = dir + "/generation_config.json";
+    if (file_exists(gen)) {
+        json g;
+        try {
+            g = json::parse(read_file(gen));
+        } catch (const json::exception& e) {
+            fail(gen + ": malformed JSON: " + e.what());
+        }
+        if (g.is_object() && g.contains("eos_token_id") && !g["eos_token_id"].is_null())
+            c.eos_ids = parse_ids(g["eos_token_id"], gen);
+    }
+    return c;
+}
+
+std::vector<ParamSpec> param_specs(const ModelConfig& c) {
+    const int64_t H = c.hidden, I = c.intermediate, Q = c.q_dim(), KV = c.kv_dim();
+    std::vector<ParamSpec> p = {{"model.embed_tokens.weight", {c.vocab, H}}};
+    const bool olmo2 = c.family != Family::Olmo1;
+    for (int i = 0; i < c.n_layers; i++) {
+        const std::string l = "model.layers." + std::to_string(i) + ".";
+        p.push_back({l + "self_attn.q_proj.weight", {Q, H}});
+        p.push_back({l + "self_attn.k_proj.weight", {KV, H}});
+        p.push_back({l + "self_attn.v_proj.weight", {KV, H}});
+        p.push_back({l + "self_attn.o_proj.weight", {H, Q}});
+        if (olmo2) {
+            p.push_back({l + "self_attn.q_norm.weight", {Q}});
+            p.push_back({l + "self_attn.k_norm.weight", {KV}});
+            p.push_back({l + "post_attention_layernorm.weight", {H}});
+            p.push_back({l + "post_feedforward_layernorm.weight", {H}});
+        }
+        p.push_back({l + "mlp.gate_proj.weight", {I, H}});
+        p.push_back({l + "mlp.up_proj.weight", {I, H}});
+        p.push_back({l + "mlp.down_proj.weight", {H, I}});
+    }
+    if (olmo2) p.push_back({"model.norm.weight", {H}});
+    return p;
+}
+
+}  // namespace olmo

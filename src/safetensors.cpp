@@ -1,0 +1,234 @@
+// safetensors.cpp: see safetensors.h. Every way a file can be wrong ends in olmo::Error
+// naming the file and the problem.
+#include "safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+
+namespace olmo {
+
+using json = nlohmann::json;
+
+size_t dtype_size(DType t) {
+    switch (t) {
+        case DType::F32: case DType::I32: return 4;
+        case DType::F16: case DType::BF16: return 2;
+        case DType::I64: return 8;
+    }
+    return 0;
+}
+
+const char* dtype_name(DType t) {
+    switch (t) {
+        case DType::F32: return "F32";
+        case DType::F16: return "F16";
+        case DType::BF16: return "BF16";
+        case DType::I32: return "I32";
+        case DType::I64: return "I64";
+    }
+    return "?";
+}
+
+int64_t TensorView::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+std::string TensorView::shape_str() const {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+static DType parse_dtype(const std::string& s, const std::string& where) {
+    if (s == "F32") return DType::F32;
+    if (s == "F16") return DType::F16;
+    if (s == "BF16") return DType::BF16;
+    if (s == "I32") return DType::I32;
+    if (s == "I64") return DType::I64;
+    fail(where + ": unsupported dtype \"" + s + "\" (supported: F32, F16, BF16, I32, I64)");
+}
+
+SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
+    int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) fail(path + ": cannot open (" + std::strerror(errno) + ")");
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); fail(path + ": not a regular file"); }
+    size_ = st.st_size;
+    if (size_ < 8) { close(fd); fail(path + ": truncated safetensors file (" + std::to_string(size_) + " bytes, need at least 8)"); }
+    map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map_ == MAP_FAILED) { map_ = nullptr; fail(path + ": mmap failed"); }
+
+    const uint8_t* bytes = static_cast<const uint8_t*>(map_);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = (n << 8) | bytes[i];   // little-endian header length
+    if (n > size_ - 8)
+        fail(path + ": header length " + std::to_string(n) + " runs past the end of the file (" +
+             std::to_string(size_) + " bytes): truncated or not a safetensors file");
+    json header;
+    try {
+        header = json::parse(bytes + 8, bytes + 8 + n);
+    } catch (const json::exception& e) {
+        fail(path + ": malformed JSON header: " + e.what());
+    }
+    if (!header.is_object()) fail(path + ": header is not a JSON object");
+
+    const uint8_t* data = bytes + 8 + n;
+    const uint64_t data_size = size_ - 8 - n;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (auto& [name, entry] : header.items()) {
+        if (name == "__metadata__") {
+            if (entry.is_object())
+                for (auto& [k, v] : entry.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
+            continue;
+        }
+        const std::string where = path + ": tensor \"" + name + "\"";
+        if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+            fail(where + ": entry needs dtype, shape and data_offsets");
+        TensorView t;
+        t.name = name;
+        t.file = path;
+        if (!entry["dtype"].is_string()) fail(where + ": dtype is not a string");
+        t.dtype = parse_dtype(entry["dtype"].get<std::string>(), where);
+        const json& shape = entry["shape"];
+        const json& offs = entry["data_offsets"];
+        if (!shape.is_array()) fail(where + ": shape is not an array");
+        for (auto& d : shape) {
+            if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(where + ": bad shape " + shape.dump());
+            t.shape.push_back(d.get<int64_t>());
+        }
+        if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
+            fail(where + ": data_offsets must be two non-negative integers, got " + offs.dump());
+        uint64_t b = offs[0].get<uint64_t>(), e = offs[1].get<uint64_t>();
+        if (b > e || e > data_size)
+            fail(where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
+                 "] out of range (data section is " + std::to_string(data_size) + " bytes: truncated file?)");
+        if (e - b != (uint64_t)t.numel() * dtype_size(t.dtype))
+            fail(where + ": data_offsets span " + std::to_string(e - b) + " bytes but " + dtype_name(t.dtype) +
+                 " x " + t.shape_str() + " needs " + std::to_string(t.numel() * dtype_size(t.dtype)));
+        t.data = data + b;
+        ranges.push_back({b, e});
+        tensors_.emplace(name, std::move(t));
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); i++)
+        if (ranges[i].first < ranges[i - 1].second)
+            fail(path + ": tensors overlap (data_offsets " + std::to_string(ranges[i].first) + " < " +
+                 std::to_string(ranges[i - 1].second) + ")");
+}
+
+SafeTensorsFile::~SafeTensorsFile() {
+    if (map_) munmap(map_, size_);
+}
+
+const TensorView* SafeTensorsFile::find(const std::string& name) const {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second;
+}
+
+Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
+    const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
+    std::vector<std::string> shards;
+    if (file_exists(index)) {
+        json j;
+        try {
+            j = json::parse(read_file(index));
+        } catch (const json::exception& e) {
+            fail(index + ": malformed JSON: " + e.what());
+        }
+        if (!j.contains("weight_map") || !j["weight_map"].is_object()) fail(index + ": no \"weight_map\" object");
+        for (auto& [name, file] : j["weight_map"].items()) {
+            if (!file.is_string()) fail(index + ": weight_map[\"" + name + "\"] is not a file name");
+            std::string f = file.get<std::string>();
+            if (std::find(shards.begin(), shards.end(), f) == shards.end()) shards.push_back(f);
+        }
+        for (const auto& f : shards) files_.push_back(std::make_unique<SafeTensorsFile>(dir + "/" + f));
+        for (auto& [name, file] : j["weight_map"].items()) {
+            const std::string path = dir + "/" + file.get<std::string>();
+            for (auto& sf : files_)
+                if (sf->path() == path) {
+                    const TensorView* t = sf->find(name);
+                    if (!t) fail(path + ": tensor \"" + name + "\" listed in " + index + " is not in the file");
+                    index_[name] = t;
+                }
+        }
+    } else if (file_exists(single)) {
+        files_.push_back(std::make_unique<SafeTensorsFile>(single));
+        for (auto& [name, t] : files_[0]->tensors()) index_[name] = &t;
+    } else {
+        fail(dir + ": no model.safetensors or model.safetensors.index.json in the model folder");
+    }
+}
+
+bool Checkpoint::has(const std::string& name) const { return index_.count(name) > 0; }
+
+const TensorView& Checkpoint::get(const std::string& name, const std::vector<int64_t>& shape) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) fail(dir_ + ": missing tensor \"" + name + "\" in the checkpoint");
+    const TensorView& t = *it->second;
+    if (t.shape != shape) {
+        TensorView want;
+        want.shape = shape;
+        fail(t.file + ": tensor \"" + name + "\" has shape " + t.shape_str() + " but the config needs " + want.shape_str());
+    }
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+        fail(t.file + ": tensor \"" + name + "\" has dtype " + dtype_name(t.dtype) + ", expected F32, F16 or BF16");
+    return t;
+}
+
+float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+float f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t u;
+    if (exp == 0x1f) u = sign | 0x7f800000 | (man << 13);                  // inf / nan
+    else if (exp != 0) u = sign | ((exp + 112) << 23) | (man << 13);       // normal
+    else if (man == 0) u = sign;                                           // zero
+    else {                                                                 // subnormal: normalize
+        int e = -1;
+        uint32_t m = man;
+        do { m <<= 1; e++; } while (!(m & 0x400));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((m & 0x3ff) << 13);
+    }
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+std::vector<float> to_f32(const TensorView& t) {
+    std::vector<float> out(t.numel());
+    const auto* p16 = static_cast<const uint16_t*>(t.data);
+    switch (t.dtype) {
+        case DType::F32: std::memcpy(out.data(), t.data, out.size() * 4); break;
+        case DType::BF16: for (size_t i = 0; i < out.size(); i++) out[i] = bf16_to_f32(p16[i]); break;
+        case DType::F16: for (size_t i = 0; i < out.size(); i++) out[i] = f16_to_f32(p16[i]); break;
+        default: fail(t.file + ": tensor \"" + t.name + "\" is " + dtype_name(t.dtype) + ", not a float type");
+    }
+    return out;
+}
+
+std::vector<int> to_i32(const TensorView& t) {
+    std::vector<int> out(t.numel());
+    if (t.dtype == DType::I32) std::memcpy(out.data(), t.data, out.size() * 4);
+    else if (t.dtype == DType::I64)
+        for (size_t i = 0; i < out.size(); i++) out[i] = (int)static_cast<const int64_t*>(t.data)[i];
+    else fail(t.file + ": tensor \"" + t.name + "\" is " + dtype_name(t.dtype) + ", not an integer type");
+    return out;
+}
+
+}  // namespace olmo
