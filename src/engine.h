@@ -50,7 +50,8 @@ std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& 
 
 enum class DeviceDType { BF16, F16, F32 };
 bool cuda_available();   // false when built without CUDA or no GPU is present
-std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, DeviceDType dt);
+// ckpt == nullptr: random weights (benchmarks at real sizes without a checkpoint).
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt);
 
 // CPU sampler (the GPU has its own kernel with the same rules): temperature, then top-k, then
 // top-p, then a draw from a counter-based RNG of (seed, step). temperature 0 = argmax.

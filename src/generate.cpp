@@ -49,8 +49,8 @@ std::vector<int> parse_id_list(const std::string& s) {
 }
 
 struct Options {
-    std::string model, tokenizer, prompt, prompt_file, prompt_ids, device = "auto", dtype = "bf16";
-    int max_new_tokens = 128, top_k = 0, max_seq_len = 0;
+    std::string model, tokenizer, prompt, prompt_file, prompt_ids, device = "auto", dtype = "bf16", random_weights;
+    int max_new_tokens = 128, top_k = 0, max_seq_len = 0, prompt_len = 0;
     float temperature = 0.8f, top_p = 0.95f;
     uint64_t seed = 0;
     bool stats = false, output_ids = false;
@@ -82,19 +82,30 @@ int run(int argc, char** argv) {
                    "(default bf16; the CPU always computes in fp32)")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
     app.add_option("--max-seq-len", o.max_seq_len, "KV cache length in tokens, prompt + generation "
                    "(default: max_position_embeddings, capped at 4096)")->check(CLI::Range(1, 1 << 30));
+    app.add_option("--random-weights", o.random_weights, "benchmark mode: build the model of this config.json with "
+                   "random weights on the GPU (no checkpoint, no tokenizer; implies --output-ids)");
+    app.add_option("--prompt-len", o.prompt_len, "benchmark mode: a prompt of this many random token ids")
+        ->check(CLI::Range(1, 1 << 30));
     app.add_flag("--stats", o.stats, "print time to first token, prefill and decode tokens/s and peak memory to stderr");
     app.add_flag("--output-ids", o.output_ids, "print the generated token ids comma-separated on one line instead of text");
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
+    } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        fail(std::string(e.what()) + " (see --help)");
     }
 
+    if (o.device == "cuda" && !cuda_available()) fail("--device cuda: no CUDA device available in this build/machine");
+
     // --- model ---
-    const bool default_model = o.model.empty();
+    const bool bench = !o.random_weights.empty();
+    const bool default_model = o.model.empty() && !bench;
     if (default_model) o.model = exe_dir() + "/weights";
-    ModelConfig cfg = load_config(o.model);
-    Checkpoint ckpt(o.model);
+    if (bench && !o.model.empty()) fail("--random-weights and --model exclude each other");
+    ModelConfig cfg = bench ? parse_config(read_file(o.random_weights), o.random_weights) : load_config(o.model);
+    std::unique_ptr<Checkpoint> ckpt = bench ? nullptr : std::make_unique<Checkpoint>(o.model);
+    if (bench) o.output_ids = true;
     int max_seq = o.max_seq_len ? o.max_seq_len : std::min(cfg.max_pos, 4096);
     if (max_seq > cfg.max_pos)
         fail("--max-seq-len " + std::to_string(max_seq) + " exceeds the model's max_position_embeddings (" +
@@ -102,13 +113,13 @@ int run(int argc, char** argv) {
 
     // --- tokenizer ---
     std::unique_ptr<Tokenizer> tok;
-    if (o.tokenizer.empty()) {
+    if (o.tokenizer.empty() && !bench) {
         for (const std::string& cand : {o.model + "/tokenizer.json", o.model + "/tokenizer.model",
                                         default_model ? exe_dir() + "/tokenizer/tokenizer.model" : std::string()})
             if (!cand.empty() && file_exists(cand)) { o.tokenizer = cand; break; }
     }
     if (!o.tokenizer.empty()) tok = load_tokenizer(o.tokenizer);
-    else if (o.prompt_ids.empty() || !o.output_ids)
+    else if ((o.prompt_ids.empty() && !o.prompt_len) || !o.output_ids)
         fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
              "or --prompt-ids with --output-ids");
 
@@ -116,6 +127,8 @@ int run(int argc, char** argv) {
     std::vector<int> prompt;
     if (!o.prompt_ids.empty()) {
         prompt = parse_id_list(o.prompt_ids);
+    } else if (o.prompt_len > 0) {
+        for (int i = 0; i < o.prompt_len; i++) prompt.push_back((int)((i * 2654435761u + 12345u) % (unsigned)cfg.vocab));
     } else {
         std::string text = o.prompt;
         if (text.empty() && !o.prompt_file.empty()) text = read_file(o.prompt_file);
@@ -124,6 +137,9 @@ int run(int argc, char** argv) {
         prompt = tok->encode(text);
         if (prompt.empty()) fail("the prompt is empty");
     }
+    for (int id : prompt)
+        if (id >= cfg.vocab)
+            fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
     if ((int)prompt.size() > max_seq)
         fail("the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " + std::to_string(max_seq) +
              " tokens (--max-seq-len, at most max_position_embeddings = " + std::to_string(cfg.max_pos) + ")");
@@ -135,14 +151,14 @@ int run(int argc, char** argv) {
 
     // --- engine ---
     bool use_cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
-    if (o.device == "cuda" && !cuda_available()) fail("--device cuda: no CUDA device available in this build/machine");
     auto t_load = Clock::now();
     std::unique_ptr<Engine> eng;
     if (use_cuda) {
         DeviceDType dt = o.dtype == "fp32" ? DeviceDType::F32 : o.dtype == "fp16" ? DeviceDType::F16 : DeviceDType::BF16;
-        eng = make_cuda_engine(cfg, ckpt, max_seq, dt);
+        eng = make_cuda_engine(cfg, ckpt.get(), max_seq, dt);
     } else {
-        eng = make_cpu_engine(cfg, ckpt, max_seq);
+        if (bench) fail("--random-weights needs the CUDA engine (--device cuda)");
+        eng = make_cpu_engine(cfg, *ckpt, max_seq);
     }
     const double load_s = seconds_since(t_load);
 
@@ -153,6 +169,11 @@ int run(int argc, char** argv) {
         stream = std::make_unique<StreamDecoder>(*tok, prompt);
         std::fputs(tok->decode(prompt).c_str(), stdout);
         std::fflush(stdout);
+    }
+    if (bench) {   // warm-up: first cuBLAS calls and the decode graph capture stay out of the figures
+        eng->forward_sample(prompt, sp, 0);
+        eng->forward_sample({0}, sp, 1);
+        eng->reset();
     }
     std::vector<int> out;
     auto t0 = Clock::now();
@@ -166,7 +187,7 @@ int run(int argc, char** argv) {
         if (stream && !eos) std::fputs(stream->push(next).c_str(), stdout);
         if (o.output_ids) std::printf("%s%d", i ? "," : "", next);
         std::fflush(stdout);
-        if (eos) break;
+        if (eos && !bench) break;
         feed = {next};
     }
     if (stream) std::fputs(stream->flush().c_str(), stdout);

@@ -51,7 +51,7 @@ TEST_P(Golden, CpuGreedyIdsEqualTransformers) {
 TEST_P(Golden, GpuFp32MatchesTransformers) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU golden test skipped";
     Fixture f(GetParam());
-    auto eng = make_cuda_engine(f.cfg, f.ckpt, f.seq_len(), DeviceDType::F32);
+    auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::F32);
     print_worst(GetParam() + " gpu fp32", check_prefill(*eng, f.golden, 1e-4));
     check_decode(*eng, f.golden, 1e-4);
     std::vector<int> want = to_i32(*f.golden.find("greedy_ids"));
@@ -61,7 +61,7 @@ TEST_P(Golden, GpuFp32MatchesTransformers) {
 TEST_P(Golden, GpuBf16CloseToReference) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU golden test skipped";
     Fixture f(GetParam());
-    auto eng = make_cuda_engine(f.cfg, f.ckpt, f.seq_len(), DeviceDType::BF16);
+    auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::BF16);
     print_worst(GetParam() + " gpu bf16", check_prefill(*eng, f.golden, 2e-2));
     check_decode(*eng, f.golden, 2e-2);
 }

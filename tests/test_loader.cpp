@@ -11,39 +11,12 @@
 #include "common.h"
 #include "config.h"
 #include "safetensors.h"
+#include "test_util.h"
 
 using namespace olmo;
-using json = nlohmann::json;
+using namespace olmo::test;
 
 namespace {
-
-// A fresh temporary folder per test.
-std::string temp_dir() {
-    char tmpl[] = "/tmp/olmo_test_XXXXXX";
-    return mkdtemp(tmpl);
-}
-
-void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
-
-// A safetensors file from a header object and a data blob.
-std::string safetensors_bytes(const json& header, const std::string& data) {
-    std::string h = header.dump();
-    uint64_t n = h.size();
-    std::string out(8, '\0');
-    for (int i = 0; i < 8; i++) out[i] = (char)((n >> (8 * i)) & 0xff);
-    return out + h + data;
-}
-
-// Expects `f` to throw olmo::Error whose message contains every one of `parts`.
-template <typename F>
-void expect_error(F f, std::vector<std::string> parts) {
-    try {
-        f();
-        ADD_FAILURE() << "no error thrown";
-    } catch (const Error& e) {
-        for (auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "message: " << e.what() << "\nmissing: " << p;
-    }
-}
 
 json olmo2_config() {
     return {{"model_type", "olmo2"}, {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},

@@ -1,0 +1,117 @@
+// test_cli.cpp: ./generate as a user runs it: --help, bad flags and bad inputs give one clear
+// line on stderr and a non-zero exit, seeds are reproducible, and greedy ids on every golden
+// fixture equal transformers' generate(). Runs the ./generate built in the repository root.
+#include <algorithm>
+#include <sstream>
+
+#include "golden.h"
+#include "safetensors.h"
+#include "test_util.h"
+
+using namespace olmo;
+using namespace olmo::test;
+
+namespace {
+
+// Expects a failed run whose stderr is one "error: ..." line containing `what`.
+void expect_cli_error(const std::string& args, const std::string& what) {
+    RunResult r = run_cmd("./generate " + args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find(what), std::string::npos) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "expected one line, got: " << r.err;
+}
+
+class Cli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = temp_dir();
+        write_random_checkpoint(dir_, tiny_olmo2_config());
+        model_ = " --device cpu --model " + dir_ + " ";
+    }
+    std::string dir_, model_;
+};
+
+TEST_F(Cli, HelpExplainsEveryFlag) {
+    RunResult r = run_cmd("./generate --help");
+    EXPECT_EQ(r.code, 0);
+    for (const char* flag : {"--model", "--tokenizer", "--prompt", "--prompt-file", "--prompt-ids", "--max-new-tokens",
+                             "--temperature", "--top-k", "--top-p", "--seed", "--device", "--dtype", "--max-seq-len",
+                             "--stats", "--output-ids", "--random-weights", "--prompt-len"})
+        EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+}
+
+TEST_F(Cli, BadFlagValues) {
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids -n 0", "--max-new-tokens");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --temperature -1", "--temperature");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --top-p 0", "--top-p");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --top-p 1.5", "--top-p");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --top-k -3", "--top-k");
+    expect_cli_error("--device tpu --prompt-ids 1", "--device");
+    expect_cli_error("--dtype int8 --prompt-ids 1", "--dtype");
+    expect_cli_error(model_ + "--prompt-ids 1,x,3 --output-ids", "\"x\" is not a token id");
+    expect_cli_error(model_ + "--prompt-ids 1,2,999 --output-ids", "token id 999 is outside the vocabulary");
+    expect_cli_error(model_ + "--prompt-ids 1 --output-ids --no-such-flag", "--no-such-flag");
+}
+
+TEST_F(Cli, BadInputs) {
+    if (!olmo::cuda_available()) expect_cli_error("--device cuda --model " + dir_ + " --prompt-ids 1 --output-ids", "CUDA");
+    expect_cli_error("--device cpu --model /nonexistent/dir --prompt-ids 1 --output-ids", "/nonexistent/dir/config.json: cannot open");
+    expect_cli_error(model_ + "--prompt-ids 1 --max-seq-len 100", "exceeds the model's max_position_embeddings (64)");
+    expect_cli_error(model_ + "--prompt-ids 1,2,3,4,5 --output-ids --max-seq-len 4", "the prompt has 5 tokens but the context is 4");
+    expect_cli_error(model_ + "--prompt hello", "no tokenizer found");
+    expect_cli_error(model_ + "--prompt-ids 1 --output-ids --prompt-file /nonexistent.txt --tokenizer /nonexistent.model",
+                     "/nonexistent.model: cannot open");
+    json cfg = tiny_olmo2_config();
+    cfg["model_type"] = "llama";
+    write(dir_ + "/config.json", cfg.dump());
+    expect_cli_error(model_ + "--prompt-ids 1 --output-ids", "unsupported model_type \"llama\"");
+    // A truncated weights file.
+    write(dir_ + "/config.json", tiny_olmo2_config().dump());
+    std::string w = read_file(dir_ + "/model.safetensors");
+    write(dir_ + "/model.safetensors", w.substr(0, w.size() / 2));
+    expect_cli_error(model_ + "--prompt-ids 1 --output-ids", "model.safetensors");
+}
+
+std::vector<int> parse_ids(const std::string& s) {
+    std::vector<int> ids;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) ids.push_back(std::stoi(item));
+    return ids;
+}
+
+TEST_F(Cli, SeedsAreReproducible) {
+    const std::string args = model_ + "--prompt-ids 3,1,4,1,5 --output-ids -n 20 --temperature 1.5 --top-k 40 --top-p 0.9";
+    RunResult a = run_cmd("./generate" + args + " --seed 7"), b = run_cmd("./generate" + args + " --seed 7");
+    RunResult c = run_cmd("./generate" + args + " --seed 8");
+    ASSERT_EQ(a.code, 0) << a.err;
+    EXPECT_EQ(parse_ids(a.out).size(), 20u);
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_NE(a.out, c.out);
+}
+
+TEST_F(Cli, StatsAndContextCap) {
+    RunResult r = run_cmd("./generate" + model_ + "--prompt-ids 3,1,4 --output-ids -n 50 --max-seq-len 10 --stats --temperature 0");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(parse_ids(r.out).size(), 7u);   // capped by the context
+    for (const char* s : {"capped", "time to 1st tok", "prefill", "decode", "memory"}) EXPECT_NE(r.err.find(s), std::string::npos) << s;
+}
+
+// Issue 2's acceptance check: greedy ids from the command line equal transformers' on every fixture.
+TEST(CliGolden, GreedyIdsEqualTransformers) {
+    auto fixtures = list_fixtures();
+    for (const auto& name : fixtures) {
+        const std::string dir = "tests/fixtures/" + name;
+        SafeTensorsFile g(dir + "/golden.safetensors");
+        std::vector<int> prompt = to_i32(*g.find("prompt_ids")), want = to_i32(*g.find("greedy_ids"));
+        std::string ids;
+        for (int id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+        RunResult r = run_cmd("./generate --device cpu --model " + dir + " --prompt-ids " + ids +
+                              " --temperature 0 --output-ids -n " + std::to_string(want.size()));
+        ASSERT_EQ(r.code, 0) << name << ": " << r.err;
+        EXPECT_EQ(parse_ids(r.out), want) << name;
+    }
+    if (fixtures.empty()) GTEST_SKIP() << "no fixtures in tests/fixtures";
+}
+
+}  // namespace
