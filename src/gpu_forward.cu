@@ -171,7 +171,6 @@ private:
         next_id_ = b.take<int>(1);          // sampled token
         step_dev_ = b.take<int>(1);         // draw counter for the sampler's RNG
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_));
-        sample_ws_ = b.take<char>(sample_workspace_bytes(c_.vocab));
         cublas_ws_ = b.take<char>(kCublasWorkspace);
     }
 
@@ -226,7 +225,10 @@ private:
             fill(L.wo, H * Q, 0.035f);
             fill(L.wgu, 2 * I * H, 0.035f);
             fill(L.wdown, H * I, 0.035f);
-            for (T* n : {L.q_norm, L.k_norm, L.attn_norm, L.ff_norm}) fill(n, n == L.q_norm ? Q : n == L.k_norm ? KV : H, 0.1f);
+            fill(L.q_norm, Q, 0.1f);
+            fill(L.k_norm, KV, 0.1f);
+            fill(L.attn_norm, H, 0.1f);
+            fill(L.ff_norm, H, 0.1f);
         }
         upload_rope();
     }
@@ -369,7 +371,8 @@ private:
         gemm(logits_, xn_ + (size_t)(n - 1) * H, lm_head_, 1, H, c_.vocab);      // [1, V] fp32
         if (sample) {
             if (sampling_.temperature <= 0.0f) argmax(next_id_, logits_, c_.vocab, stream_);
-            else sample_token(next_id_, logits_, c_.vocab, sampling_, step_dev_, sample_ws_, stream_);
+            else olmo::sample(next_id_, logits_, c_.vocab, SamplerParams{sampling_.temperature, sampling_.top_k, sampling_.top_p},
+                        sampling_.seed, step_dev_, stream_);
         }
     }
 
@@ -382,7 +385,7 @@ private:
     T *x_, *xn_, *qkv_, *q_, *att_, *o_, *gu_, *a_;
     float* logits_;
     int *ids_, *pos_, *next_id_, *step_dev_;
-    char *attn_ws_, *sample_ws_, *cublas_ws_;
+    char *attn_ws_, *cublas_ws_;
     int* host_io_ = nullptr;   // pinned: [pos, step, ids...]
     SamplingParams sampling_, graph_sampling_;
     uint64_t step_ = 0;

@@ -1,0 +1,110 @@
+"""End-to-end benchmark: ./generate (random bf16 weights) vs HF transformers, same run, same GPU.
+
+For each shape: decode tokens/s at batch 1 after a 128-token prompt, and time to first token
+for a 4096-token prompt. The roofline for decode is (bytes of weights read per token) / 4.25 TB/s.
+Usage: python3 bench/bench_e2e.py [--shapes olmo2_1b olmo2_7b] [--no-hf]
+"""
+import argparse, json, re, subprocess, sys, time
+
+import torch
+
+BW = 4.25e12   # measured H200 copy bandwidth (bytes/s)
+
+
+def ours(cfg_path, prompt_len, n_new):
+    out = subprocess.run(["./generate", "--device", "cuda", "--random-weights", cfg_path, "--prompt-len", str(prompt_len),
+                          "-n", str(n_new), "--stats", "--max-seq-len", str(prompt_len + n_new + 1)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"./generate failed: {out.stderr}")
+    ttft = float(re.search(r"time to 1st tok\s+([\d.]+) ms", out.stderr).group(1))
+    m = re.search(r"decode\s+([\d.]+) tokens/s", out.stderr)
+    return ttft, float(m.group(1)) if m else float("nan")
+
+
+def weight_bytes(c):
+    H, I, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+    hd = H // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * hd
+    per_layer = H * H * 2 + 2 * H * kv + 3 * H * I + 4 * H
+    lm = V * H   # the LM head is read every step; the embedding row is negligible
+    return 2 * (L * per_layer + lm + H)
+
+
+def hf(cfg, prompt_len, n_new):
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+    conf = Olmo2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = Olmo2ForCausalLM(conf).eval()
+    torch.set_default_dtype(torch.float32)
+    ids = torch.randint(0, cfg["vocab_size"], (1, prompt_len), device="cuda")
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(ids[:, :16], max_new_tokens=4, min_new_tokens=4, **kw)   # warm-up
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter() - t
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, **kw)
+        torch.cuda.synchronize()
+        tn = time.perf_counter() - t
+    del model
+    torch.cuda.empty_cache()
+    return t1 * 1e3, (n_new - 1) / (tn - t1)
+
+
+def hf_ttft(cfg, prompt_len):
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+    conf = Olmo2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = Olmo2ForCausalLM(conf).eval()
+    torch.set_default_dtype(torch.float32)
+    ids = torch.randint(0, cfg["vocab_size"], (1, prompt_len), device="cuda")
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, max_new_tokens=1, min_new_tokens=1)
+    with torch.no_grad():
+        model.generate(ids, **kw)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            model.generate(ids, **kw)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    del model
+    torch.cuda.empty_cache()
+    return sorted(times)[1] * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", nargs="+", default=["olmo2_1b", "olmo2_7b"])
+    ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--n-new", type=int, default=256)
+    a = ap.parse_args()
+    rows = []
+    for shape in a.shapes:
+        path = f"bench/{shape}.json"
+        cfg = json.load(open(path))
+        roof = BW / weight_bytes(cfg)
+        _, dec = ours(path, 128, a.n_new)
+        ttft, _ = ours(path, 4096, 2)
+        h_dec = h_ttft = float("nan")
+        if not a.no_hf:
+            _, h_dec = hf(cfg, 128, 64)
+            h_ttft = hf_ttft(cfg, 4096)
+        rows.append((shape, dec, roof, h_dec, ttft, h_ttft))
+        print(f"{shape}: decode {dec:.1f} tok/s ({dec / roof:.0%} of roofline {roof:.0f}), HF {h_dec:.1f}; "
+              f"TTFT(4096) {ttft:.1f} ms, HF {h_ttft:.1f} ms", flush=True)
+    print("\n| shape | decode tok/s (ours) | % roofline | HF decode tok/s | ratio | TTFT 4096 ms (ours) | HF TTFT ms | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for shape, dec, roof, h_dec, ttft, h_ttft in rows:
+        print(f"| {shape} | {dec:.1f} | {dec / roof:.0%} of {roof:.0f} | {h_dec:.1f} | {dec / h_dec:.2f}x | {ttft:.1f} | "
+              f"{h_ttft:.1f} | {h_ttft / ttft:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
