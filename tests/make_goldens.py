@@ -2,7 +2,8 @@
 """make_goldens.py: golden activations from Hugging Face `transformers`, the reference the
 engine is tested against.
 
-Mode 1 (no --model): builds five tiny seeded OLMo models, saves each with `save_pretrained`
+Mode 1 (`python3 tests/make_goldens.py [--out-dir tests/fixtures]`, needs torch and
+transformers; CPU only): builds five tiny seeded OLMo models, saves each with `save_pretrained`
 into tests/fixtures/<name>/ (config.json, generation_config.json, safetensors weights), loads
 it back from disk in float32 and dumps golden.safetensors beside it:
 
@@ -45,6 +46,15 @@ residual identities, final norm, lm_head) and the worst error per check is print
 RoPE per layer type in OLMo-3: the script compares the cos/sin each layer hands to
 apply_rotary_pos_emb with plain RoPE and with YaRN (architecture doc formulas), prints the
 finding and stores it in the golden's metadata ("rope").
+What transformers 5.17 does (read in its modeling_olmo3.py, and seen on the fixture run):
+Olmo3RotaryEmbedding builds one inv_freq and one attention_scaling PER LAYER TYPE from
+config.rope_parameters[layer_type] (5.x writes rope_parameters keyed by "full_attention" /
+"sliding_attention"; the legacy rope_scaling goes to "full_attention" only);
+Olmo3Model.forward computes cos/sin for each type and gives layer i the pair of
+config.layer_types[i]; Olmo3Attention calls the module-level apply_rotary_pos_emb (the
+wrapper saw one call per layer). So YaRN (scaled inv_freq, cos/sin times attention_factor)
+applies to full-attention layers only, plain RoPE to sliding ones: olmo3_swa_yarn's layers
+[sliding, sliding, sliding, full] matched [plain, plain, plain, yarn] within 5e-5.
 
 Reference runs: torch on CPU, float32, eager attention, deterministic algorithms, no TF32.
 """
