@@ -10,7 +10,7 @@ summary=()
 for what in "$@"; do
   case $what in
     tests)
-      bash tests/run_all.sh build/tests/test_* >"$OUT/tests.log" 2>&1
+      bash tests/run_all.sh $(find build/tests -maxdepth 1 -name 'test_*' -type f -executable | sort) >"$OUT/tests.log" 2>&1
       summary+=("tests: $(tail -1 "$OUT/tests.log")")
       grep -E "worst|FAILED|Failure|exited" "$OUT/tests.log" | head -60 ;;
     sanitize)

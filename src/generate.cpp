@@ -64,7 +64,7 @@ int run(int argc, char** argv) {
     app.add_option("--tokenizer", o.tokenizer, "tokenizer file, a sentencepiece .model or a tokenizer.json "
                    "(default: MODEL/tokenizer.json, else MODEL/tokenizer.model, else tokenizer/tokenizer.model)");
     app.add_option("-p,--prompt", o.prompt, "prompt text (default: --prompt-file, else stdin when it is not a "
-                   "terminal, else \"Once upon a time\")");
+                   "terminal and not empty, else \"Once upon a time\")");
     app.add_option("-f,--prompt-file", o.prompt_file, "read the prompt from this file");
     app.add_option("--prompt-ids", o.prompt_ids, "prompt as comma-separated token ids, e.g. 12,7,99 (no tokenizer needed)");
     app.add_option("-n,--max-new-tokens", o.max_new_tokens, "stop after this many new tokens (default 128)")
@@ -133,7 +133,7 @@ int run(int argc, char** argv) {
         std::string text = o.prompt;
         if (text.empty() && !o.prompt_file.empty()) text = read_file(o.prompt_file);
         else if (text.empty() && !isatty(0)) text = std::string(std::istreambuf_iterator<char>(std::cin), {});
-        else if (text.empty()) text = "Once upon a time";
+        if (text.empty() && o.prompt_file.empty()) text = "Once upon a time";   // no prompt given anywhere
         prompt = tok->encode(text);
         if (prompt.empty()) fail("the prompt is empty");
     }

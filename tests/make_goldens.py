@@ -11,7 +11,7 @@ it back from disk in float32 and dumps golden.safetensors beside it:
     olmo2_mha            OLMo-2, nKV == nH
     olmo2_gqa            OLMo-2, nH 8, nKV 2, saved in >= 2 shards with an index
     olmo3_swa_yarn       OLMo-3, layers sliding/sliding/sliding/full, window 6, YaRN
-    olmo2_headdim_bf16   OLMo-2, head_dim 32 != hidden/heads, weights saved in bf16
+    olmo2_headdim_bf16   OLMo-2, head_dim 64 != hidden/heads (16), weights saved in bf16
 
 Mode 2 (--model DIR --sp-model TOK.model --prompt TEXT --out DIR2 [--greedy-prompt TEXT]...):
 the same tensors for an existing checkpoint, the prompt tokenized with sentencepiece (no
@@ -95,35 +95,35 @@ YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=256,
 FIXTURES = {
     "olmo1_clip_tied": dict(
         model_type="olmo", seed=100, clip_quantile=0.75,
-        config=dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                    num_attention_heads=4, max_position_embeddings=128, rope_theta=10000.0,
+        config=dict(vocab_size=320, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                    num_attention_heads=2, max_position_embeddings=128, rope_theta=10000.0,
                     tie_word_embeddings=True),
-        late=dict(num_key_value_heads=4)),
+        late=dict(num_key_value_heads=2)),
     "olmo2_mha": dict(
         model_type="olmo2", seed=200,
-        config=dict(vocab_size=352, hidden_size=64, intermediate_size=192, num_hidden_layers=3,
-                    num_attention_heads=4, max_position_embeddings=128, rope_theta=500000.0,
+        config=dict(vocab_size=352, hidden_size=256, intermediate_size=192, num_hidden_layers=3,
+                    num_attention_heads=2, max_position_embeddings=128, rope_theta=500000.0,
                     rms_norm_eps=1e-6, tie_word_embeddings=False),
-        late=dict(num_key_value_heads=4)),
+        late=dict(num_key_value_heads=2)),
     "olmo2_gqa": dict(
         model_type="olmo2", seed=300, max_shard_size="200KB",
-        config=dict(vocab_size=384, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+        config=dict(vocab_size=384, hidden_size=128, intermediate_size=160, num_hidden_layers=2,
                     num_attention_heads=8, max_position_embeddings=128, rope_theta=500000.0,
                     rms_norm_eps=1e-6, tie_word_embeddings=False),
-        late=dict(num_key_value_heads=2)),
+        late=dict(num_key_value_heads=2, head_dim=64)),
     "olmo3_swa_yarn": dict(
         model_type="olmo3", seed=400,
-        config=dict(vocab_size=400, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                    num_attention_heads=4, max_position_embeddings=1024, rope_theta=500000.0,
+        config=dict(vocab_size=400, hidden_size=128, intermediate_size=128, num_hidden_layers=4,
+                    num_attention_heads=2, max_position_embeddings=1024, rope_theta=500000.0,
                     rms_norm_eps=1e-6, tie_word_embeddings=False, sliding_window=6,
                     layer_types=[SLIDING, SLIDING, SLIDING, FULL], rope_scaling=dict(YARN)),
-        late=dict(num_key_value_heads=2)),
+        late=dict(num_key_value_heads=1)),
     "olmo2_headdim_bf16": dict(
         model_type="olmo2", seed=500, save_dtype=torch.bfloat16,
         config=dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                     num_attention_heads=4, max_position_embeddings=128, rope_theta=500000.0,
                     rms_norm_eps=1e-6, tie_word_embeddings=False),
-        late=dict(num_key_value_heads=2, head_dim=32)),
+        late=dict(num_key_value_heads=2, head_dim=64)),
 }
 
 

@@ -6,7 +6,7 @@ passed=0; failed=0; skipped=0; crashed=0
 for bin in "$@"; do
   echo "=== $bin"
   out=$("$bin" --gtest_color=no 2>&1); rc=$?
-  echo "$out" | grep -E '^\[  (FAILED|SKIPPED) |^\[==========\]|Skipped|error|Failure|rel-L2' | grep -v '^\[  FAILED  \] [0-9]* tests\?, listed below' | head -60
+  echo "$out" | grep -E '^\[  (FAILED|SKIPPED) |^\[==========\]|Skipped|error|Failure|exception|rel-L2|Expected|Which is|Value of|Actual|  [a-z_]+$|^[a-z].*[0-9]e[-+][0-9]' | grep -v '^\[  FAILED  \] [0-9]* tests\?, listed below' | head -60
   p=$(echo "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' | tail -1)
   f=$(echo "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below.*/\1/p' | tail -1)
   s=$(echo "$out" | sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below.*/\1/p' | tail -1)
