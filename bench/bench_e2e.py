@@ -13,7 +13,7 @@ BW = 4.25e12   # measured H200 copy bandwidth (bytes/s)
 
 def ours(cfg_path, prompt_len, n_new):
     out = subprocess.run(["./generate", "--device", "cuda", "--random-weights", cfg_path, "--prompt-len", str(prompt_len),
-                          "-n", str(n_new), "--stats", "--max-seq-len", str(prompt_len + n_new + 1)],
+                          "-n", str(n_new), "--stats", "--temperature", "0", "--max-seq-len", str(prompt_len + n_new + 1)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"./generate failed: {out.stderr}")
