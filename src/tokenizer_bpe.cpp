@@ -130,7 +130,8 @@ struct Chars {
 };
 
 // Length of a contraction 's 't 're 've 'm 'll 'd at character i, or 0. With `ignore_case`
-// (cl100k's (?i:...)) upper case matches too, and so does U+017F 'ſ', whose case fold is 's'.
+// (cl100k's (?i:...)) upper case matches too, and so does U+017F 'ſ', whose case fold is 's'
+// (no dolma2 token contains 'ſ', so the ids come out the same either way).
 size_t contraction(const Chars& c, size_t i, bool ignore_case) {
     if (!c.is(i, '\'')) return 0;
     auto letter = [&](size_t k, char l) {
