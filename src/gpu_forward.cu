@@ -2,7 +2,8 @@
 // list of kernel launches (kernels/*.cuh) and cuBLAS GEMMs.
 //
 //   T = storage type of weights, activations and KV cache (bf16, fp16 or fp32); every kernel
-//   computes in fp32 and rounds once; GEMMs accumulate in fp32; logits are produced in fp32.
+//   computes in fp32 and rounds once; GEMMs accumulate in fp32; logits are produced in fp32;
+//   the residual stream x stays in fp32 (norm.cuh says why).
 //
 // Memory: the weights live in one allocation carved into tensors (q|k|v and gate|up fused so
 // each is one GEMM); activations for one prefill chunk and the KV cache in a second. Nothing
@@ -157,8 +158,8 @@ private:
             L.v_cache = b.take<T>(S * KV);
             L.inv_freq = b.take<float>(hd2);
         }
-        x_ = b.take<T>(C * H);              // residual stream   [C, H]
-        xn_ = b.take<T>(C * H);             // normed input      [C, H]
+        x_ = b.take<float>(C * H);          // residual stream   [C, H] fp32
+        xn_ = b.take<T>(C * H);             // next GEMM's input [C, H]: LN(x) (OLMo-1) or x in T
         qkv_ = b.take<T>(C * (Q + 2 * KV)); // fused projection  [C, Q+2KV]
         q_ = b.take<T>(C * Q);              // roped queries     [C, Q]
         att_ = b.take<T>(C * Q);            // attention output  [C, Q]
@@ -316,14 +317,15 @@ private:
         const float eps = c_.norm_eps;
         const int pos0 = n_past_;   // host copy, for the hook only (kernels read pos_)
 
-        embedding(x_, embed_, ids_, n, H, stream_);
+        embedding(xn_, embed_, ids_, n, H, stream_);                             // [n, H] in T
+        convert(x_, xn_, (int64_t)n * H, stream_);                               // the fp32 residual
         emit("embed", x_, n, H, H);
         if (olmo1) layernorm(xn_, x_, n, H, eps, stream_);
         for (int l = 0; l < c_.n_layers; l++) {
             GpuLayer<T>& L = layers_[l];
             const std::string name = "layers." + std::to_string(l) + ".";
             // --- attention half ---
-            gemm(qkv_, olmo1 ? xn_ : x_, L.wqkv, n, H, QKV);                      // [n, Q+2KV]
+            gemm(qkv_, xn_, L.wqkv, n, H, QKV);                                  // [n, Q+2KV]
             if (olmo1 && c_.clip_qkv > 0) clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
             if (!olmo1) {                                                        // full-width QK-norm, in place
                 rmsnorm(qkv_, qkv_, L.q_norm, n, Q, QKV, QKV, eps, stream_);
@@ -344,15 +346,15 @@ private:
             gemm(o_, att_, L.wo, n, Q, H);                                       // [n, H]
             emit(name + "o_proj", o_, n, H, H);
             if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_);          // x += o; xn = LN(x)
-            else add_rmsnorm(x_, o_, L.attn_norm, n, H, eps, stream_);           // x += RMSNorm(o)
+            else add_rmsnorm(x_, o_, L.attn_norm, xn_, n, H, eps, stream_);      // x += RMSNorm(o); xn = x
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
-            gemm(gu_, olmo1 ? xn_ : x_, L.wgu, n, H, 2 * I);                      // [n, 2I]
+            gemm(gu_, xn_, L.wgu, n, H, 2 * I);                                  // [n, 2I]
             swiglu(a_, gu_, n, I, stream_);                                      // [n, I]
             gemm(o_, a_, L.wdown, n, I, H);                                      // [n, H]
             emit(name + "mlp", o_, n, H, H);
             if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_);          // also the next layer's LN
-            else add_rmsnorm(x_, o_, L.ff_norm, n, H, eps, stream_);
+            else add_rmsnorm(x_, o_, L.ff_norm, xn_, n, H, eps, stream_);
             emit(name + "out", x_, n, H, H);
         }
         // Final norm and logits: the last position only, unless a hook wants all of them.
@@ -382,7 +384,8 @@ private:
     Arena weights_, buffers_;
     std::vector<GpuLayer<T>> layers_;
     T *embed_ = nullptr, *lm_head_ = nullptr, *final_norm_ = nullptr;
-    T *x_, *xn_, *qkv_, *q_, *att_, *o_, *gu_, *a_;
+    float* x_;
+    T *xn_, *qkv_, *q_, *att_, *o_, *gu_, *a_;
     float* logits_;
     int *ids_, *pos_, *next_id_, *step_dev_;
     char *attn_ws_, *cublas_ws_;

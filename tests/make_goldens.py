@@ -8,7 +8,7 @@ into tests/fixtures/<name>/ (config.json, generation_config.json, safetensors we
 it back from disk in float32 and dumps golden.safetensors beside it:
 
     olmo1_clip_tied      OLMo-1, clip_qkv clipping a good share of q/k/v, tied lm_head
-    olmo2_mha            OLMo-2, nKV == nH
+    olmo2_mha            OLMo-2, nKV == nH, head_dim 128, weights saved in fp16
     olmo2_gqa            OLMo-2, nH 8, nKV 2, saved in >= 2 shards with an index
     olmo3_swa_yarn       OLMo-3, layers sliding/sliding/sliding/full, window 6, YaRN
     olmo2_headdim_bf16   OLMo-2, head_dim 64 != hidden/heads (16), weights saved in bf16
@@ -100,7 +100,7 @@ FIXTURES = {
                     tie_word_embeddings=True),
         late=dict(num_key_value_heads=2)),
     "olmo2_mha": dict(
-        model_type="olmo2", seed=200,
+        model_type="olmo2", seed=200, save_dtype=torch.float16,
         config=dict(vocab_size=352, hidden_size=256, intermediate_size=192, num_hidden_layers=3,
                     num_attention_heads=2, max_position_embeddings=128, rope_theta=500000.0,
                     rms_norm_eps=1e-6, tie_word_embeddings=False),
@@ -541,7 +541,7 @@ def check_files(name, spec, d, model, checks):
     if spec.get("max_shard_size"):
         checks.true("sharded", len(files) >= 2 and os.path.exists(os.path.join(d, "model.safetensors.index.json")),
                     f"files {files}")
-    want = "BF16" if spec.get("save_dtype") == torch.bfloat16 else "F32"
+    want = {torch.bfloat16: "BF16", torch.float16: "F16"}.get(spec.get("save_dtype"), "F32")
     checks.true("weight_dtype", dtypes == {want}, f"{dtypes}")
     for k, v in spec["late"].items():
         checks.true(f"config_json_{k}", cfg.get(k) == v, f"{cfg.get(k)} != {v}")

@@ -1,0 +1,107 @@
+// cuda_common.cuh: what every CUDA file of the engine shares.
+// defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, aligned16,
+//          SumOp, MaxOp, warp_reduce, block_reduce
+//
+// Errors: every CUDA / cuBLAS call is wrapped, and a failure throws olmo::Error naming
+// file:line, the statement's text and the library's message. After each kernel launch,
+// cudaCheckLaunch() reports a bad launch configuration; built with -DOLMO_SYNC_CHECK it also
+// synchronizes the device, so a fault inside a kernel is reported at the launch that caused it
+// (debugging only: slow, and not allowed while a CUDA graph is being captured).
+//
+// Dtypes: tensors are stored as float, __half or __nv_bfloat16 (T); kernels load with
+// to_float, compute in fp32 and round once with from_float<T> (round to nearest even).
+// Pack<T, N> moves N elements as one aligned load/store; kVec<T> elements make 16 bytes.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common.h"
+
+namespace olmo {
+
+inline void cuda_check(cudaError_t err, const char* stmt, const char* file, int line) {
+    if (err != cudaSuccess)
+        fail(std::string(file) + ":" + std::to_string(line) + ": " + stmt + ": " +
+             cudaGetErrorString(err));
+}
+
+inline void cublas_check(cublasStatus_t status, const char* stmt, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        fail(std::string(file) + ":" + std::to_string(line) + ": " + stmt + ": " +
+             cublasGetStatusString(status));
+}
+
+}  // namespace olmo
+
+#define cudaCheck(stmt) ::olmo::cuda_check((stmt), #stmt, __FILE__, __LINE__)
+#define cublasCheck(stmt) ::olmo::cublas_check((stmt), #stmt, __FILE__, __LINE__)
+#ifdef OLMO_SYNC_CHECK
+#define cudaCheckLaunch()                      \
+    do {                                       \
+        cudaCheck(cudaGetLastError());         \
+        cudaCheck(cudaDeviceSynchronize());    \
+    } while (0)
+#else
+#define cudaCheckLaunch() cudaCheck(cudaGetLastError())
+#endif
+
+namespace olmo {
+
+// ---- dtype conversions (host and device) ----
+
+__host__ __device__ inline float to_float(float x) { return x; }
+__host__ __device__ inline float to_float(__half x) { return __half2float(x); }
+__host__ __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __host__ __device__ T from_float(float x);
+template <> __host__ __device__ inline float from_float<float>(float x) { return x; }
+template <> __host__ __device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+// ---- vectorized access ----
+
+// N consecutive elements loaded or stored with one instruction (16 bytes when N == kVec<T>).
+template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
+    T v[N];
+};
+template <typename T> constexpr int kVec = 16 / sizeof(T);
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// ---- reductions (blockDim.x must be a multiple of 32) ----
+
+struct SumOp {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+    template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+
+// Butterfly over the 32 lanes: every lane ends with op over the whole warp.
+template <typename T, typename Op> __device__ T warp_reduce(T v, Op op) {
+    for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// Every thread of the block gets op over all threads' v: each warp reduces, lane 0 parks the
+// warp's result in shared memory, then every thread combines the partials in warp order (the
+// same order on every run, so results are deterministic).
+template <typename T, typename Op> __device__ T block_reduce(T v, Op op) {
+    __shared__ T partial[32];
+    v = warp_reduce(v, op);
+    __syncthreads();  // a previous call may still be reading `partial`
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = partial[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) v = op(v, partial[w]);
+    return v;
+}
+
+}  // namespace olmo

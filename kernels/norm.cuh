@@ -1,0 +1,166 @@
+// norm.cuh: row normalizations, one thread block per row.
+// defines: layernorm, rmsnorm, add_layernorm, add_rmsnorm
+//
+//   layernorm      out = (x - mean) / sqrt(var + eps)             OLMo-1: no weight, no bias
+//   rmsnorm        out = w * (x / sqrt(mean(x²) + eps))           OLMo-2/3 (also QK-norm)
+//   add_layernorm  x += y;  xn = layernorm(x)                      OLMo-1 residual + next norm
+//   add_rmsnorm    x += w * (y / sqrt(mean(y²) + eps)); xb = x     OLMo-2/3 post-norm residual
+//
+// The residual stream x is kept in fp32 whatever the storage type T of weights and other
+// activations (as llama.cpp does): it carries the sum of every layer's output, and rounding
+// it to bf16 after each add is the largest error source of a bf16 forward. The fused kernels
+// hand the next GEMM its input in T (xn, or xb = x rounded once).
+//
+// A block walks its row in Packs of N elements (16-byte loads when the row length, strides and
+// pointers allow, else N = 1), each thread always taking the same packs, so a thread only ever
+// re-reads what it wrote itself. Sums are reduced with warp shuffles and shared memory
+// (block_reduce); the row is read again from cache for each pass instead of being held in
+// registers. LayerNorm takes two passes over x for the statistics (mean, then the squared
+// deviations from it) as the CPU reference does, which stays accurate when |mean| >> std.
+// All math in fp32; each output is rounded to T once. rmsnorm and add_rmsnorm follow the
+// operation order of cpu::rmsnorm: w * (x * rstd).
+#pragma once
+#include "cuda_common.cuh"
+#include "elementwise.cuh"
+
+namespace olmo {
+
+// Sum over one row of f(x_j), where x_j are the row's elements as fp32. All threads get it.
+template <int N, typename X, typename F> __device__ float row_sum(const X* row, int H, F f) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
+        const Pack<X, N> p = reinterpret_cast<const Pack<X, N>*>(row)[i];
+        for (int j = 0; j < N; j++) s += f(to_float(p.v[j]));
+    }
+    return block_reduce(s, SumOp{});
+}
+
+// out_row (T) = (x_row - mean) * rstd over one row; x_row may be fp32 (the residual stream).
+template <int N, typename T, typename X> __device__ void layernorm_row(T* out_row, const X* x_row, int H, float eps) {
+    const float mean = row_sum<N>(x_row, H, [](float v) { return v; }) / H;
+    const float var = row_sum<N>(x_row, H, [mean](float v) { return (v - mean) * (v - mean); }) / H;
+    const float rstd = 1.0f / sqrtf(var + eps);
+    for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
+        const Pack<X, N> in = reinterpret_cast<const Pack<X, N>*>(x_row)[i];
+        Pack<T, N> o;
+        for (int j = 0; j < N; j++) o.v[j] = from_float<T>((to_float(in.v[j]) - mean) * rstd);
+        reinterpret_cast<Pack<T, N>*>(out_row)[i] = o;
+    }
+}
+
+template <typename T, typename X, int N> __global__ void layernorm_kernel(T* out, const X* x, int H, float eps) {
+    layernorm_row<N>(out + (int64_t)blockIdx.x * H, x + (int64_t)blockIdx.x * H, H, eps);
+}
+
+// x (fp32 residual) += y; xn = LayerNorm(x) in T.
+template <typename T, int N> __global__ void add_layernorm_kernel(float* x, const T* y, T* xn, int H, float eps) {
+    using PX = Pack<float, N>;
+    float* x_row = x + (int64_t)blockIdx.x * H;
+    const Pack<T, N>* y_row = reinterpret_cast<const Pack<T, N>*>(y + (int64_t)blockIdx.x * H);
+    for (int i = threadIdx.x; i < H / N; i += blockDim.x) {  // the residual add, in fp32
+        PX a = reinterpret_cast<PX*>(x_row)[i];
+        const Pack<T, N> b = y_row[i];
+        for (int j = 0; j < N; j++) a.v[j] += to_float(b.v[j]);
+        reinterpret_cast<PX*>(x_row)[i] = a;
+    }
+    layernorm_row<N>(xn + (int64_t)blockIdx.x * H, x_row, H, eps);  // each thread re-reads its own packs
+}
+
+// Rows of x and out are ld_in and ld_out elements apart; out may be x (in place).
+template <typename T, typename X, int N>
+__global__ void rmsnorm_kernel(T* out, const X* x, const T* w, int H, int64_t ld_in, int64_t ld_out, float eps) {
+    const X* x_row = x + blockIdx.x * ld_in;
+    T* out_row = out + blockIdx.x * ld_out;
+    const float rstd = 1.0f / sqrtf(row_sum<N>(x_row, H, [](float v) { return v * v; }) / H + eps);
+    for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
+        const Pack<X, N> in = reinterpret_cast<const Pack<X, N>*>(x_row)[i];
+        const Pack<T, N> wp = reinterpret_cast<const Pack<T, N>*>(w)[i];
+        Pack<T, N> o;
+        for (int j = 0; j < N; j++) o.v[j] = from_float<T>(to_float(wp.v[j]) * (to_float(in.v[j]) * rstd));
+        reinterpret_cast<Pack<T, N>*>(out_row)[i] = o;
+    }
+}
+
+// x (fp32 residual) += RMSNorm(y) * w; xb = x rounded to T (the next GEMM's input).
+template <typename T, int N>
+__global__ void add_rmsnorm_kernel(float* x, const T* y, const T* w, T* xb, int H, float eps) {
+    using PX = Pack<float, N>;
+    using P = Pack<T, N>;
+    float* x_row = x + (int64_t)blockIdx.x * H;
+    const T* y_row = y + (int64_t)blockIdx.x * H;
+    const float rstd = 1.0f / sqrtf(row_sum<N>(y_row, H, [](float v) { return v * v; }) / H + eps);
+    for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
+        PX a = reinterpret_cast<PX*>(x_row)[i];
+        const P b = reinterpret_cast<const P*>(y_row)[i];
+        const P wp = reinterpret_cast<const P*>(w)[i];
+        P o;
+        for (int j = 0; j < N; j++) {
+            a.v[j] += to_float(wp.v[j]) * (to_float(b.v[j]) * rstd);
+            o.v[j] = from_float<T>(a.v[j]);
+        }
+        reinterpret_cast<PX*>(x_row)[i] = a;
+        reinterpret_cast<P*>(xb + (int64_t)blockIdx.x * H)[i] = o;
+    }
+}
+
+// ---- launchers: 16-byte packs of T (kVec<T> elements) when every row start is aligned for
+// them, in T and in fp32; else one element at a time ----
+
+template <typename T> bool packable(int64_t H, std::initializer_list<const void*> ptrs) {
+    constexpr int N = kVec<T>;
+    if (H % N) return false;
+    for (const void* p : ptrs)
+        if (reinterpret_cast<uintptr_t>(p) % (N * sizeof(float))) return false;   // fp32 rows need N*4 bytes
+    return true;
+}
+
+// out [rows, H] (T) = LayerNorm(x [rows, H]), no weight or bias; x is T or fp32.
+template <typename T, typename X> void layernorm(T* out, const X* x, int rows, int H, float eps, cudaStream_t stream) {
+    if (rows == 0) return;
+    constexpr int N = kVec<T>;
+    if (packable<T>(H, {out, x}))
+        layernorm_kernel<T, X, N><<<rows, row_threads(H / N), 0, stream>>>(out, x, H, eps);
+    else
+        layernorm_kernel<T, X, 1><<<rows, row_threads(H), 0, stream>>>(out, x, H, eps);
+    cudaCheckLaunch();
+}
+
+// out[r, 0:H] = RMSNorm(x[r, 0:H]) * w for r < rows, where row r of x starts at x + r*ld_in and
+// of out at out + r*ld_out: this normalizes a column range of a wider buffer (the q or k part
+// of a fused qkv projection), in place when out == x. x is T or fp32 (the residual stream).
+template <typename T, typename X>
+void rmsnorm(T* out, const X* x, const T* w, int rows, int H, int64_t ld_in, int64_t ld_out, float eps,
+             cudaStream_t stream) {
+    if (rows == 0) return;
+    constexpr int N = kVec<T>;
+    if (packable<T>(H, {out, x, w}) && ld_in % N == 0 && ld_out % N == 0)
+        rmsnorm_kernel<T, X, N><<<rows, row_threads(H / N), 0, stream>>>(out, x, w, H, ld_in, ld_out, eps);
+    else
+        rmsnorm_kernel<T, X, 1><<<rows, row_threads(H), 0, stream>>>(out, x, w, H, ld_in, ld_out, eps);
+    cudaCheckLaunch();
+}
+
+// x [rows, H] (fp32) += y; xn [rows, H] (T) = LayerNorm(x).
+template <typename T> void add_layernorm(float* x, const T* y, T* xn, int rows, int H, float eps, cudaStream_t stream) {
+    if (rows == 0) return;
+    constexpr int N = kVec<T>;
+    if (packable<T>(H, {x, y, xn}))
+        add_layernorm_kernel<T, N><<<rows, row_threads(H / N), 0, stream>>>(x, y, xn, H, eps);
+    else
+        add_layernorm_kernel<T, 1><<<rows, row_threads(H), 0, stream>>>(x, y, xn, H, eps);
+    cudaCheckLaunch();
+}
+
+// x [rows, H] (fp32) += RMSNorm(y [rows, H]) * w, in fp32; xb [rows, H] = x rounded to T.
+template <typename T>
+void add_rmsnorm(float* x, const T* y, const T* w, T* xb, int rows, int H, float eps, cudaStream_t stream) {
+    if (rows == 0) return;
+    constexpr int N = kVec<T>;
+    if (packable<T>(H, {x, y, w, xb}))
+        add_rmsnorm_kernel<T, N><<<rows, row_threads(H / N), 0, stream>>>(x, y, w, xb, H, eps);
+    else
+        add_rmsnorm_kernel<T, 1><<<rows, row_threads(H), 0, stream>>>(x, y, w, xb, H, eps);
+    cudaCheckLaunch();
+}
+
+}  // namespace olmo

@@ -1,0 +1,635 @@
+// test_kernels.cu: the non-attention CUDA kernels (kernels/elementwise.cuh, norm.cuh, rope.cuh,
+// sampling.cuh) against the fp32 CPU reference (src/cpu_ops.h, sample_cpu in src/sampler.cpp),
+// for fp32, fp16 and bf16 storage.
+//
+// Inputs are random (never all zero) and rounded to the storage type first, so the CPU computes
+// on exactly the values the GPU sees and the only differences are fp32 summation order and the
+// GPU's final rounding. Outputs are poisoned with NaN (0xFF bytes) before each launch and every
+// element is compared: rel-L2 and max-abs (relative to max |ref|) within the dtype's tolerance,
+// no non-finite value. Shapes are awkward on purpose: one row, odd rows, widths that are not a
+// multiple of the 16-byte vector (the scalar path), misaligned pointers, GQA, large positions.
+// Sampling: determinism, top_k = 1 equals argmax, agreement with sample_cpu draw by draw, draws
+// inside the top-k / top-p set, and draw frequencies against the renormalized softmax.
+// Tests named Timing.* print speeds (leave them out under compute-sanitizer).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cpu_ops.h"
+#include "elementwise.cuh"
+#include "engine.h"
+#include "norm.cuh"
+#include "rope.cuh"
+#include "sampling.cuh"
+
+using namespace olmo;
+
+namespace {
+
+bool gpu_present() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define SKIP_WITHOUT_GPU() \
+    if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU found: GPU kernel test skipped"
+
+template <typename... A> std::string fmt(const char* f, A... a) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, f, a...);
+    return buf;
+}
+
+// ---- dtypes and tolerances ----
+
+template <typename T> const char* dtype_name();
+template <> const char* dtype_name<float>() { return "fp32"; }
+template <> const char* dtype_name<__half>() { return "fp16"; }
+template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
+
+// rel_l2 bounds ||got - ref|| / ||ref||; max_abs bounds max |got - ref| / max |ref|. For 16-bit
+// types the error is one rounding (at most half an ulp: 2^-9 bf16, 2^-12 fp16, relative).
+struct Tolerance {
+    double rel_l2, max_abs;
+};
+template <typename T> Tolerance tolerance();
+template <> Tolerance tolerance<float>() { return {1e-5, 1e-5}; }
+template <> Tolerance tolerance<__half>() { return {2e-3, 1e-3}; }
+template <> Tolerance tolerance<__nv_bfloat16>() { return {1e-2, 8e-3}; }
+const Tolerance kExact{0.0, 0.0};
+const Tolerance kFp32Tol{1e-6, 1e-5};   // an fp32 result whatever T is
+
+std::vector<float> randn(size_t n, std::mt19937& rng, float mean = 0.0f, float sd = 1.0f) {
+    std::normal_distribution<float> dist(mean, sd);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+template <typename T> std::vector<T> to_dtype(const std::vector<float>& f) {
+    std::vector<T> t(f.size());
+    for (size_t i = 0; i < f.size(); i++) t[i] = from_float<T>(f[i]);
+    return t;
+}
+template <typename T> std::vector<float> to_f32(const std::vector<T>& t) {
+    std::vector<float> f(t.size());
+    for (size_t i = 0; i < t.size(); i++) f[i] = to_float(t[i]);
+    return f;
+}
+// f rounded to T and back: what the GPU kernel sees.
+template <typename T> std::vector<float> rounded(const std::vector<float>& f) { return to_f32(to_dtype<T>(f)); }
+
+// A device array, NaN-poisoned (0xFF bytes; -1 for int) when made and on poison().
+template <typename T> class DeviceArray {
+public:
+    explicit DeviceArray(size_t n) : n_(n) {
+        cudaCheck(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
+        poison();
+    }
+    explicit DeviceArray(const std::vector<T>& h) : DeviceArray(h.size()) { upload(h); }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+    ~DeviceArray() { cudaFree(p_); }
+
+    T* get() const { return p_; }
+    void poison() { cudaCheck(cudaMemset(p_, 0xFF, n_ * sizeof(T))); }
+    void upload(const std::vector<T>& h) { cudaCheck(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice)); }
+    std::vector<T> download() const {
+        std::vector<T> h(n_);
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+
+private:
+    T* p_ = nullptr;
+    size_t n_;
+};
+
+// A device array's contents as fp32.
+template <typename T> std::vector<float> download_f32(const DeviceArray<T>& d) { return to_f32(d.download()); }
+
+// Compares every element; prints the errors (the numbers in the report come from these lines).
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, Tolerance tol, const std::string& what) {
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    double err2 = 0, ref2 = 0, max_abs = 0, max_ref = 0;
+    size_t non_finite = 0, first_bad = 0, worst = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        if (!std::isfinite(got[i])) {
+            if (non_finite++ == 0) first_bad = i;
+            continue;
+        }
+        const double d = std::fabs((double)got[i] - ref[i]);
+        err2 += d * d;
+        ref2 += (double)ref[i] * ref[i];
+        if (d > max_abs) max_abs = d, worst = i;
+        max_ref = std::max(max_ref, std::fabs((double)ref[i]));
+    }
+    const double rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    std::printf("  %-58s rel-L2 %.2e  max-abs %.2e  (max|ref| %.3g)\n", what.c_str(), rel_l2, max_abs, max_ref);
+    EXPECT_EQ(non_finite, 0u) << what << ": first non-finite output at element " << first_bad;
+    EXPECT_LE(rel_l2, tol.rel_l2) << what;
+    EXPECT_LE(max_abs, tol.max_abs * max_ref) << what << ": worst element " << worst << " got " << got[worst]
+                                              << " want " << ref[worst];
+}
+
+template <typename T> class Kernels : public ::testing::Test {
+protected:
+    void SetUp() override { SKIP_WITHOUT_GPU(); }
+    std::mt19937 rng{20241120};
+    const Tolerance tol = tolerance<T>();
+    std::string name(const std::string& what) const { return std::string(dtype_name<T>()) + " " + what; }
+};
+struct DtypeNames {
+    template <typename T> static std::string GetName(int) { return dtype_name<T>(); }
+};
+using Dtypes = ::testing::Types<float, __half, __nv_bfloat16>;
+TYPED_TEST_SUITE(Kernels, Dtypes, DtypeNames);
+
+// ---- elementwise ----
+
+TYPED_TEST(Kernels, Embedding) {
+    using T = TypeParam;
+    const int V = 37;
+    for (int H : {72, 100, 4096})
+        for (int rows : {1, 5, 33}) {
+            const std::vector<float> table = rounded<T>(randn((size_t)V * H, this->rng));
+            std::vector<int> ids(rows);
+            for (int r = 0; r < rows; r++) ids[r] = (r * 7 + 3) % V;
+            ids[0] = V - 1;
+            DeviceArray<T> d_table(to_dtype<T>(table)), d_out((size_t)rows * H);
+            DeviceArray<int> d_ids(ids);
+            embedding(d_out.get(), d_table.get(), d_ids.get(), rows, H, 0);
+            std::vector<float> ref((size_t)rows * H);
+            cpu::embedding(ref.data(), table.data(), ids.data(), rows, H);
+            expect_close(download_f32(d_out), ref, kExact, this->name(fmt("embedding H=%d rows=%d", H, rows)));
+        }
+}
+
+TYPED_TEST(Kernels, SwiGLU) {
+    using T = TypeParam;
+    for (int I : {100, 1000, 2752})
+        for (int rows : {1, 3, 17}) {
+            const std::vector<float> gu = rounded<T>(randn((size_t)rows * 2 * I, this->rng, 0.0f, 2.0f));
+            DeviceArray<T> d_gu(to_dtype<T>(gu)), d_out((size_t)rows * I);
+            swiglu(d_out.get(), d_gu.get(), rows, I, 0);
+            std::vector<float> ref((size_t)rows * I);
+            cpu::swiglu(ref.data(), gu.data(), rows, I);
+            expect_close(download_f32(d_out), ref, this->tol, this->name(fmt("swiglu I=%d rows=%d", I, rows)));
+        }
+}
+
+TYPED_TEST(Kernels, Clip) {
+    using T = TypeParam;
+    for (int64_t n : {1, 1001, 3 * 4096})
+        for (float c : {8.0f, 2.5f}) {
+            std::vector<float> x = rounded<T>(randn(n, this->rng, 0.0f, 6.0f));
+            DeviceArray<T> d_x(to_dtype<T>(x));
+            clip(d_x.get(), n, c, 0);
+            cpu::clip(x.data(), n, c);
+            expect_close(download_f32(d_x), x, kExact, this->name(fmt("clip n=%lld c=%g", (long long)n, c)));
+        }
+}
+
+// ---- norms ----
+
+// Rows x H problems for the norms; `offset` shifts every pointer by one element (misaligned).
+struct NormShape {
+    int rows, H, offset;
+};
+const NormShape kNormShapes[] = {{1, 72, 0},   {3, 72, 0},   {17, 100, 0}, {1, 2048, 0}, {5, 2048, 0},
+                                 {3, 4096, 0}, {1, 4096, 0}, {3, 4096, 1}, {2, 33, 1}};
+
+TYPED_TEST(Kernels, LayerNorm) {
+    using T = TypeParam;
+    for (const NormShape& s : kNormShapes) {
+        const size_t n = (size_t)s.rows * s.H;
+        const std::vector<float> x = rounded<T>(randn(n + s.offset, this->rng, 0.5f, 2.0f));
+        DeviceArray<T> d_x(to_dtype<T>(x)), d_out(n + s.offset);
+        layernorm(d_out.get() + s.offset, d_x.get() + s.offset, s.rows, s.H, 1e-5f, 0);
+        std::vector<float> ref(n), got = download_f32(d_out);
+        cpu::layernorm(ref.data(), x.data() + s.offset, s.rows, s.H, 1e-5f);
+        expect_close(std::vector<float>(got.begin() + s.offset, got.end()), ref, this->tol,
+                     this->name(fmt("layernorm rows=%d H=%d offset=%d", s.rows, s.H, s.offset)));
+    }
+}
+
+TYPED_TEST(Kernels, RMSNorm) {
+    using T = TypeParam;
+    for (const NormShape& s : kNormShapes) {
+        const size_t n = (size_t)s.rows * s.H;
+        const std::vector<float> x = rounded<T>(randn(n + s.offset, this->rng, 0.0f, 2.0f));
+        const std::vector<float> w = rounded<T>(randn(s.H + s.offset, this->rng, 1.0f, 0.3f));
+        DeviceArray<T> d_x(to_dtype<T>(x)), d_w(to_dtype<T>(w)), d_out(n + s.offset);
+        rmsnorm(d_out.get() + s.offset, d_x.get() + s.offset, d_w.get() + s.offset, s.rows, s.H, s.H, s.H, 1e-6f, 0);
+        std::vector<float> ref(n), got = download_f32(d_out);
+        cpu::rmsnorm(ref.data(), x.data() + s.offset, w.data() + s.offset, s.rows, s.H, 1e-6f);
+        expect_close(std::vector<float>(got.begin() + s.offset, got.end()), ref, this->tol,
+                     this->name(fmt("rmsnorm rows=%d H=%d offset=%d", s.rows, s.H, s.offset)));
+    }
+}
+
+// OLMo-2 QK-norm: the q and k column ranges of a fused qkv buffer, normalized in place over
+// their full width; v stays untouched. Also out of place into a dense [rows, Q] buffer.
+TYPED_TEST(Kernels, RMSNormQKOfFusedQKV) {
+    using T = TypeParam;
+    struct Case { int rows, nH, nKV, hd; };
+    for (const Case c : {Case{1, 8, 2, 64}, Case{5, 4, 4, 128}, Case{3, 16, 2, 128}}) {
+        const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV;
+        const std::vector<float> qkv = rounded<T>(randn((size_t)c.rows * QKV, this->rng, 0.0f, 3.0f));
+        const std::vector<float> wq = rounded<T>(randn(Q, this->rng, 1.0f, 0.3f));
+        const std::vector<float> wk = rounded<T>(randn(KV, this->rng, 1.0f, 0.3f));
+        DeviceArray<T> d_qkv(to_dtype<T>(qkv)), d_wq(to_dtype<T>(wq)), d_wk(to_dtype<T>(wk));
+        DeviceArray<T> d_q((size_t)c.rows * Q);
+        rmsnorm(d_q.get(), d_qkv.get(), d_wq.get(), c.rows, Q, QKV, Q, 1e-6f, 0);  // out of place first
+        rmsnorm(d_qkv.get(), d_qkv.get(), d_wq.get(), c.rows, Q, QKV, QKV, 1e-6f, 0);
+        rmsnorm(d_qkv.get() + Q, d_qkv.get() + Q, d_wk.get(), c.rows, KV, QKV, QKV, 1e-6f, 0);
+
+        std::vector<float> ref = qkv, ref_q((size_t)c.rows * Q);
+        for (int r = 0; r < c.rows; r++) {
+            float* row = ref.data() + (size_t)r * QKV;
+            cpu::rmsnorm(row, row, wq.data(), 1, Q, 1e-6f);
+            cpu::rmsnorm(row + Q, row + Q, wk.data(), 1, KV, 1e-6f);
+            std::copy(row, row + Q, ref_q.begin() + (size_t)r * Q);
+        }
+        const std::string shape = fmt("rows=%d nH=%d nKV=%d hd=%d", c.rows, c.nH, c.nKV, c.hd);
+        expect_close(download_f32(d_qkv), ref, this->tol, this->name("rmsnorm qk in place " + shape));
+        expect_close(download_f32(d_q), ref_q, this->tol, this->name("rmsnorm q strided " + shape));
+        std::vector<float> got = download_f32(d_qkv), v_got, v_ref;
+        for (int r = 0; r < c.rows; r++)
+            for (int j = Q + KV; j < QKV; j++) v_got.push_back(got[(size_t)r * QKV + j]), v_ref.push_back(qkv[(size_t)r * QKV + j]);
+        expect_close(v_got, v_ref, kExact, this->name("rmsnorm qk leaves v " + shape));
+    }
+}
+
+// The fused residual kernels keep the residual stream x in fp32 (see norm.cuh).
+TYPED_TEST(Kernels, AddLayerNorm) {
+    using T = TypeParam;
+    for (const NormShape& s : kNormShapes) {
+        if (s.offset) continue;
+        const size_t n = (size_t)s.rows * s.H;
+        const std::vector<float> x = randn(n, this->rng, 0.3f, 2.0f);
+        const std::vector<float> y = rounded<T>(randn(n, this->rng, 0.0f, 1.0f));
+        DeviceArray<float> d_x(x);
+        DeviceArray<T> d_y(to_dtype<T>(y)), d_xn(n);
+        add_layernorm(d_x.get(), d_y.get(), d_xn.get(), s.rows, s.H, 1e-5f, 0);
+        std::vector<float> sum(n), ref_xn(n);
+        for (size_t i = 0; i < n; i++) sum[i] = x[i] + y[i];
+        cpu::layernorm(ref_xn.data(), sum.data(), s.rows, s.H, 1e-5f);
+        const std::string shape = fmt("rows=%d H=%d", s.rows, s.H);
+        expect_close(d_x.download(), sum, kFp32Tol, this->name("add_layernorm x " + shape));
+        expect_close(download_f32(d_xn), ref_xn, this->tol, this->name("add_layernorm xn " + shape));
+    }
+}
+
+TYPED_TEST(Kernels, AddRMSNorm) {
+    using T = TypeParam;
+    for (const NormShape& s : kNormShapes) {
+        if (s.offset) continue;
+        const size_t n = (size_t)s.rows * s.H;
+        const std::vector<float> x = randn(n, this->rng, 0.0f, 2.0f);
+        const std::vector<float> y = rounded<T>(randn(n, this->rng, 0.0f, 0.5f));
+        const std::vector<float> w = rounded<T>(randn(s.H, this->rng, 1.0f, 0.3f));
+        DeviceArray<float> d_x(x);
+        DeviceArray<T> d_y(to_dtype<T>(y)), d_w(to_dtype<T>(w)), d_xb(n);
+        add_rmsnorm(d_x.get(), d_y.get(), d_w.get(), d_xb.get(), s.rows, s.H, 1e-6f, 0);
+        std::vector<float> ref(n);
+        cpu::rmsnorm(ref.data(), y.data(), w.data(), s.rows, s.H, 1e-6f);
+        for (size_t i = 0; i < n; i++) ref[i] += x[i];
+        const std::string shape = fmt("rows=%d H=%d", s.rows, s.H);
+        expect_close(d_x.download(), ref, kFp32Tol, this->name("add_rmsnorm x " + shape));
+        expect_close(download_f32(d_xb), ref, this->tol, this->name("add_rmsnorm xb " + shape));
+    }
+}
+
+// The final norm reads the fp32 residual stream and writes T.
+TYPED_TEST(Kernels, NormsOfFp32Input) {
+    using T = TypeParam;
+    for (const NormShape& s : kNormShapes) {
+        const size_t n = (size_t)s.rows * s.H;
+        const std::vector<float> x = randn(n + s.offset, this->rng, 0.5f, 2.0f);
+        const std::vector<float> w = rounded<T>(randn(s.H + s.offset, this->rng, 1.0f, 0.3f));
+        DeviceArray<float> d_x(x);
+        DeviceArray<T> d_w(to_dtype<T>(w)), d_ln(n + s.offset), d_rms(n + s.offset);
+        layernorm(d_ln.get() + s.offset, d_x.get() + s.offset, s.rows, s.H, 1e-5f, 0);
+        rmsnorm(d_rms.get() + s.offset, d_x.get() + s.offset, d_w.get() + s.offset, s.rows, s.H, s.H, s.H, 1e-6f, 0);
+        std::vector<float> ref_ln(n), ref_rms(n), ln = download_f32(d_ln), rms = download_f32(d_rms);
+        cpu::layernorm(ref_ln.data(), x.data() + s.offset, s.rows, s.H, 1e-5f);
+        cpu::rmsnorm(ref_rms.data(), x.data() + s.offset, w.data() + s.offset, s.rows, s.H, 1e-6f);
+        const std::string shape = fmt("rows=%d H=%d offset=%d", s.rows, s.H, s.offset);
+        expect_close(std::vector<float>(ln.begin() + s.offset, ln.end()), ref_ln, this->tol, this->name("layernorm fp32 in " + shape));
+        expect_close(std::vector<float>(rms.begin() + s.offset, rms.end()), ref_rms, this->tol, this->name("rmsnorm fp32 in " + shape));
+    }
+}
+
+// ---- rope ----
+
+TYPED_TEST(Kernels, RopeQKV) {
+    using T = TypeParam;
+    struct Case { int rows, nH, nKV, hd, pos0; double theta; float attn_factor; };
+    const float yarn = 1.2079441541679836f;
+    for (const Case c : {Case{1, 8, 8, 64, 0, 1e4, 1.0f}, Case{1, 32, 8, 128, 40000, 5e5, yarn},
+                         Case{7, 16, 4, 128, 5, 5e5, 1.0f}, Case{33, 8, 1, 64, 40000, 1e4, 1.0f},
+                         Case{5, 4, 2, 128, 65530, 5e5, yarn}}) {
+        const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV, s_cap = c.pos0 + c.rows + 2;
+        std::vector<float> inv_freq(c.hd / 2);
+        for (int d = 0; d < c.hd / 2; d++) inv_freq[d] = (float)(1.0 / std::pow(c.theta, 2.0 * d / c.hd));
+        const std::vector<float> qkv = rounded<T>(randn((size_t)c.rows * QKV, this->rng, 0.0f, 2.0f));
+        DeviceArray<T> d_qkv(to_dtype<T>(qkv)), d_q((size_t)c.rows * Q);
+        DeviceArray<T> d_k((size_t)s_cap * KV), d_v((size_t)s_cap * KV);
+        DeviceArray<float> d_inv(inv_freq);
+        DeviceArray<int> d_pos(std::vector<int>{c.pos0});
+        rope_qkv(RopeParams<T>{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), c.nH, c.nKV, c.hd,
+                               d_inv.get(), c.attn_factor},
+                 0);
+
+        std::vector<float> q, k, v;  // the CPU reference: split, then rotate q and k in place
+        for (int r = 0; r < c.rows; r++) {
+            const float* row = qkv.data() + (size_t)r * QKV;
+            q.insert(q.end(), row, row + Q);
+            k.insert(k.end(), row + Q, row + Q + KV);
+            v.insert(v.end(), row + Q + KV, row + QKV);
+        }
+        cpu::rope(q.data(), c.rows, c.nH, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
+        cpu::rope(k.data(), c.rows, c.nKV, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
+
+        const std::vector<float> k_all = download_f32(d_k), v_all = download_f32(d_v);
+        const size_t first = (size_t)c.pos0 * KV, last = first + (size_t)c.rows * KV;
+        size_t touched_elsewhere = 0;  // cache rows other than pos0 .. pos0+rows-1 must stay NaN
+        for (size_t i = 0; i < k_all.size(); i++)
+            if ((i < first || i >= last) && (!std::isnan(k_all[i]) || !std::isnan(v_all[i]))) touched_elsewhere++;
+        const std::string shape = fmt("rows=%d nH=%d nKV=%d hd=%d pos0=%d af=%.3f", c.rows, c.nH, c.nKV, c.hd, c.pos0,
+                                      c.attn_factor);
+        expect_close(download_f32(d_q), q, this->tol, this->name("rope q " + shape));
+        expect_close(std::vector<float>(k_all.begin() + first, k_all.begin() + last), k, this->tol,
+                     this->name("rope k " + shape));
+        expect_close(std::vector<float>(v_all.begin() + first, v_all.begin() + last), v, kExact,
+                     this->name("rope v " + shape));
+        EXPECT_EQ(touched_elsewhere, 0u) << "cache rows outside the written positions changed";
+    }
+}
+
+// ---- sampling ----
+
+// The warpers of transformers, independently, in double: the allowed candidates and their
+// renormalized probabilities (0 for the others).
+std::vector<double> reference_distribution(const std::vector<float>& logits, const SamplingParams& s) {
+    const int V = (int)logits.size();
+    std::vector<int> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<double> z(V);
+    for (int i = 0; i < V; i++) z[i] = logits[i] / s.temperature;  // float division, as both samplers
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return z[a] > z[b]; });
+    const int k = s.top_k > 0 ? std::min(s.top_k, V) : V;
+    std::vector<double> p(V, 0.0);
+    double sum = 0;
+    for (int r = 0; r < k; r++) sum += p[order[r]] = std::exp(z[order[r]] - z[order[0]]);
+    double cum = 0;
+    int keep = k;
+    for (int r = 0; r < k && s.top_p < 1.0f; r++)
+        if ((cum += p[order[r]] / sum) >= s.top_p) {
+            keep = r + 1;
+            break;
+        }
+    double kept = 0;
+    for (int r = 0; r < V; r++) {
+        if (r < keep) kept += p[order[r]];
+        else p[order[r]] = 0.0;
+    }
+    for (double& x : p) x /= kept;
+    return p;
+}
+
+// GPU draws for steps 0 .. n-1, one launch each (the device step counter moves between them).
+template <typename T> std::vector<int> gpu_draws(const T* logits, int V, const SamplingParams& s, int n) {
+    std::vector<int> steps(n);
+    std::iota(steps.begin(), steps.end(), 0);
+    DeviceArray<int> d_steps(steps), d_ids(n);
+    for (int j = 0; j < n; j++)
+        sample(d_ids.get() + j, logits, V, SamplerParams{s.temperature, s.top_k, s.top_p}, s.seed, d_steps.get() + j, 0);
+    return d_ids.download();
+}
+
+TYPED_TEST(Kernels, Argmax) {
+    using T = TypeParam;
+    for (int V : {1, 1000, 100352}) {
+        std::vector<float> x = rounded<T>(randn(V, this->rng, 0.0f, 3.0f));
+        std::vector<std::pair<std::string, std::vector<float>>> cases = {{"random", x}};
+        if (V > 1) {
+            std::vector<float> last = x, tie = x, zeros(V, -1.0f);
+            last[V - 1] = 100.0f;
+            tie[V / 3] = tie[V / 2] = 100.0f;
+            zeros[V / 3] = -0.0f, zeros[V / 2] = 0.0f;  // -0 and +0 tie: the lower index wins
+            cases.insert(cases.end(), {{"max last", last}, {"tie", tie}, {"signed zeros", zeros}});
+        }
+        for (const auto& [what, logits] : cases)
+            for (int offset : {0, 1}) {  // offset 1: misaligned logits, scalar loads
+                std::vector<float> padded(offset, 5.0f);
+                padded.insert(padded.end(), logits.begin(), logits.end());
+                DeviceArray<T> d_x(to_dtype<T>(padded));
+                DeviceArray<int> d_id(1);
+                argmax(d_id.get(), d_x.get() + offset, V, 0);
+                EXPECT_EQ(d_id.download()[0], cpu::argmax(logits.data(), V))
+                    << this->name(fmt("argmax V=%d offset=%d ", V, offset)) << what;
+            }
+    }
+}
+
+TYPED_TEST(Kernels, SampleIsDeterministicAndTopK1IsArgmax) {
+    using T = TypeParam;
+    const int V = 100352;
+    const std::vector<float> x = rounded<T>(randn(V, this->rng, 0.0f, 2.0f));
+    DeviceArray<T> d_x(to_dtype<T>(x));
+    const SamplingParams s{0.7f, 50, 0.9f, 42};
+    const std::vector<int> a = gpu_draws(d_x.get(), V, s, 16), b = gpu_draws(d_x.get(), V, s, 16);
+    EXPECT_EQ(a, b) << "same seed and step gave different tokens";
+    EXPECT_GT(std::set<int>(a.begin(), a.end()).size(), 1u) << "16 steps all drew the same token";
+    const SamplingParams other_seed{0.7f, 50, 0.9f, 43};
+    EXPECT_NE(a, gpu_draws(d_x.get(), V, other_seed, 16)) << "the seed changes nothing";
+    for (const SamplingParams& greedy : {SamplingParams{1.0f, 1, 1.0f, 7}, SamplingParams{0.5f, 1, 0.3f, 8}})
+        for (int id : gpu_draws(d_x.get(), V, greedy, 4)) EXPECT_EQ(id, cpu::argmax(x.data(), V));
+}
+
+// Draws of sample() for steps 0..n-1 against sample_cpu with the same (seed, step): all equal
+// (one may differ where rounding moves a boundary), none outside the allowed set.
+struct SamplerCase {
+    int V;
+    float spread;  // > 0: logits rounded to multiples of it, so many exact ties (the id bytes decide)
+    SamplingParams s;
+    int offset = 0;  // 1: logits start one element past an aligned address (scalar loads)
+};
+template <typename T> void expect_matches_cpu_sampler(const SamplerCase& c, int n, std::mt19937& rng) {
+    std::vector<float> x = rounded<T>(randn(c.V, rng, 0.0f, 2.5f));
+    if (c.spread > 0)
+        for (float& v : x) v = std::round(v / c.spread) * c.spread;
+    std::vector<float> padded(c.offset, 9.0f);
+    padded.insert(padded.end(), x.begin(), x.end());
+    DeviceArray<T> d_x(to_dtype<T>(padded));
+    const std::vector<int> ids = gpu_draws(d_x.get() + c.offset, c.V, c.s, n);
+    const std::vector<double> p = reference_distribution(x, c.s);
+    int mismatches = 0, outside = 0;
+    for (int j = 0; j < n; j++) {
+        mismatches += ids[j] != sample_cpu(x.data(), c.V, c.s, j);
+        outside += ids[j] < 0 || ids[j] >= c.V || p[ids[j]] == 0.0;
+    }
+    const std::string what = fmt("%s sample V=%d t=%.2f k=%d p=%.2f ties=%d offset=%d", dtype_name<T>(), c.V,
+                                 c.s.temperature, c.s.top_k, c.s.top_p, c.spread > 0, c.offset);
+    std::printf("  %-58s %d draws: %d differ from sample_cpu, %d outside the set\n", what.c_str(), n, mismatches,
+                outside);
+    EXPECT_EQ(outside, 0) << what;
+    EXPECT_LE(mismatches, 1) << what;
+}
+
+// The kernel has two ways to finish: candidate lists of <= 1024 (after top-k, a small nucleus
+// or a small vocabulary) are sorted in shared memory; longer ones go through radix selects.
+// The cases cover both, with and without top-k / top-p.
+TYPED_TEST(Kernels, SampleMatchesCpuSampler) {
+    for (const SamplerCase& c : {SamplerCase{100352, 0, {1.0f, 0, 1.0f, 1}}, SamplerCase{100352, 0, {0.7f, 50, 1.0f, 2}},
+                                 SamplerCase{100352, 0, {0.8f, 0, 0.9f, 3}}, SamplerCase{100352, 0, {0.6f, 40, 0.95f, 4}},
+                                 SamplerCase{50304, 0, {1.3f, 1000, 0.5f, 5}}, SamplerCase{100352, 0, {1.5f, 5000, 0.9f, 6}},
+                                 SamplerCase{100352, 0, {2.0f, 0, 0.3f, 7}}})
+        expect_matches_cpu_sampler<TypeParam>(c, 48, this->rng);
+}
+
+TYPED_TEST(Kernels, SampleMatchesCpuSamplerWithTies) {
+    for (const SamplerCase& c : {SamplerCase{3000, 0.25f, {1.0f, 20, 0.97f, 8}}, SamplerCase{3000, 0.25f, {2.0f, 0, 0.6f, 9}},
+                                 SamplerCase{3000, 0.25f, {1.0f, 0, 1.0f, 10}}, SamplerCase{3000, 0.25f, {1.0f, 1500, 0.99f, 11}},
+                                 SamplerCase{1, 0, {1.0f, 3, 0.5f, 12}}, SamplerCase{3001, 0.25f, {1.0f, 0, 0.8f, 13}, 1},
+                                 SamplerCase{1001, 0, {0.9f, 100, 0.9f, 14}, 1}})
+        expect_matches_cpu_sampler<TypeParam>(c, 16, this->rng);
+}
+
+class SamplingStats : public ::testing::Test {
+protected:
+    void SetUp() override { SKIP_WITHOUT_GPU(); }
+};
+
+// 20000 draws on a small vocabulary: never outside the allowed set, and the counts fit the
+// renormalized softmax (chi-square over bins with >= 5 expected draws, the rest pooled).
+TEST_F(SamplingStats, FrequenciesMatchRenormalizedSoftmax) {
+    std::mt19937 rng(99);
+    const int V = 40, n = 20000;
+    const std::vector<float> x = randn(V, rng, 0.0f, 1.5f);
+    DeviceArray<float> d_x(x);
+    for (const SamplingParams& s : {SamplingParams{0.8f, 0, 1.0f, 11}, SamplingParams{1.0f, 10, 0.8f, 12},
+                                    SamplingParams{1.5f, 0, 0.7f, 13}, SamplingParams{1.0f, 25, 1.0f, 14}}) {
+        const std::vector<double> p = reference_distribution(x, s);
+        std::vector<int> count(V, 0);
+        for (int id : gpu_draws(d_x.get(), V, s, n)) {
+            ASSERT_TRUE(id >= 0 && id < V) << "drawn id " << id;
+            count[id]++;
+        }
+        double chi2 = 0, pooled_expected = 0, pooled_seen = 0;
+        int bins = 0, outside = 0;
+        for (int i = 0; i < V; i++) {
+            if (p[i] == 0.0) {
+                outside += count[i];
+            } else if (p[i] * n >= 5) {
+                chi2 += (count[i] - p[i] * n) * (count[i] - p[i] * n) / (p[i] * n);
+                bins++;
+            } else {
+                pooled_expected += p[i] * n, pooled_seen += count[i];
+            }
+        }
+        if (pooled_expected > 0) chi2 += (pooled_seen - pooled_expected) * (pooled_seen - pooled_expected) / pooled_expected, bins++;
+        const int df = bins - 1;
+        const double limit = df + 5 * std::sqrt(2.0 * df);  // ~5 standard deviations
+        std::printf("  sample V=%d t=%.1f k=%d p=%.1f: chi2 %.1f with %d dof (limit %.1f), %d draws outside\n", V,
+                    s.temperature, s.top_k, s.top_p, chi2, df, limit, outside);
+        EXPECT_EQ(outside, 0);
+        EXPECT_LT(chi2, limit);
+    }
+}
+
+TEST(SamplerParams, InvalidSettingsThrow) {
+    int* out = nullptr;
+    const float* logits = nullptr;
+    const int* step = nullptr;
+    EXPECT_THROW(sample(out, logits, 100, SamplerParams{0.0f, 0, 1.0f}, 0, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 100, SamplerParams{1.0f, -1, 1.0f}, 0, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 100, SamplerParams{1.0f, 0, 0.0f}, 0, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 100, SamplerParams{1.0f, 0, 1.5f}, 0, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 0, SamplerParams{}, 0, step, 0), Error);
+    EXPECT_THROW(argmax(out, logits, 0, 0), Error);
+}
+
+// ---- speed (printed, not asserted beyond valid outputs) ----
+
+class Timing : public ::testing::Test {
+protected:
+    void SetUp() override { SKIP_WITHOUT_GPU(); }
+    // Microseconds per call of f, averaged over `reps` calls after a warm-up.
+    template <typename F> double time_us(F f, int reps = 200) {
+        f();
+        cudaEvent_t start, stop;
+        cudaCheck(cudaEventCreate(&start));
+        cudaCheck(cudaEventCreate(&stop));
+        cudaCheck(cudaEventRecord(start));
+        for (int i = 0; i < reps; i++) f();
+        cudaCheck(cudaEventRecord(stop));
+        cudaCheck(cudaEventSynchronize(stop));
+        float ms = 0;
+        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+        cudaCheck(cudaEventDestroy(start));
+        cudaCheck(cudaEventDestroy(stop));
+        return 1000.0 * ms / reps;
+    }
+};
+
+TEST_F(Timing, SamplingAtVocab100k) {
+    std::mt19937 rng(5);
+    const int V = 100352;
+    const std::vector<float> x = randn(V, rng, 0.0f, 2.0f);
+    DeviceArray<float> d_x(x);
+    DeviceArray<int> d_id(1), d_step(std::vector<int>{0});
+    std::printf("  argmax fp32 V=%d: %.1f us\n", V, time_us([&] { argmax(d_id.get(), d_x.get(), V, 0); }));
+    EXPECT_EQ(d_id.download()[0], cpu::argmax(x.data(), V));
+    for (const SamplerParams& s : {SamplerParams{1.0f, 0, 1.0f}, SamplerParams{0.7f, 50, 1.0f},
+                                   SamplerParams{0.8f, 0, 0.95f}, SamplerParams{0.7f, 50, 0.9f},
+                                   SamplerParams{1.0f, 5000, 0.95f}}) {
+        const double us = time_us([&] { sample(d_id.get(), d_x.get(), V, s, 1, d_step.get(), 0); });
+        std::printf("  sample fp32 V=%d t=%.1f k=%d p=%.2f: %.1f us\n", V, s.temperature, s.top_k, s.top_p, us);
+        const int id = d_id.download()[0];
+        EXPECT_TRUE(id >= 0 && id < V);
+    }
+}
+
+TEST_F(Timing, NormsRopeSwiglu) {
+    using T = __nv_bfloat16;
+    std::mt19937 rng(6);
+    const int H = 4096, I = 11008, nH = 32, hd = 128, QKV = 3 * nH * hd;
+    const DeviceArray<T> w(to_dtype<T>(randn(H, rng, 1.0f, 0.1f)));
+    DeviceArray<float> inv_freq(std::vector<float>(hd / 2, 0.01f));
+    DeviceArray<int> pos(std::vector<int>{100});
+    for (int rows : {1, 4096}) {
+        DeviceArray<T> x(to_dtype<T>(randn((size_t)rows * H, rng))), y(to_dtype<T>(randn((size_t)rows * H, rng)));
+        DeviceArray<float> xf(randn((size_t)rows * H, rng));
+        DeviceArray<T> qkv(to_dtype<T>(randn((size_t)rows * QKV, rng))), q((size_t)rows * nH * hd);
+        DeviceArray<T> kc((size_t)(rows + 100) * nH * hd), vc((size_t)(rows + 100) * nH * hd);
+        DeviceArray<T> gu(to_dtype<T>(randn((size_t)rows * 2 * I, rng))), a((size_t)rows * I);
+        auto report = [&](const char* op, double us, double bytes) {
+            std::printf("  bf16 %-12s rows=%-5d %8.1f us  %7.1f GB/s\n", op, rows, us, bytes / us * 1e-3);
+        };
+        const double row_bytes = (double)rows * H * sizeof(T);
+        report("add_rmsnorm", time_us([&] { add_rmsnorm(xf.get(), y.get(), w.get(), x.get(), rows, H, 1e-6f, 0); }), 5 * row_bytes);
+        report("rmsnorm", time_us([&] { rmsnorm(y.get(), x.get(), w.get(), rows, H, H, H, 1e-6f, 0); }), 2 * row_bytes);
+        report("layernorm", time_us([&] { layernorm(y.get(), x.get(), rows, H, 1e-5f, 0); }), 2 * row_bytes);
+        report("rope_qkv", time_us([&] {
+                   rope_qkv(RopeParams<T>{qkv.get(), q.get(), kc.get(), vc.get(), rows, pos.get(), nH, nH, hd,
+                                          inv_freq.get(), 1.0f},
+                            0);
+               }),
+               2.0 * rows * QKV * sizeof(T));
+        report("swiglu", time_us([&] { swiglu(a.get(), gu.get(), rows, I, 0); }), 3.0 * rows * I * sizeof(T));
+        const std::vector<float> out = download_f32(y);
+        EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isfinite(v); }));
+    }
+}
+
+}  // namespace
