@@ -17,7 +17,7 @@ for what in "$@"; do
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_golden --gtest_filter='*Gpu*' \
           >"$OUT/san_${tool}_golden.log" 2>&1
-        summary+=("$tool test_golden (GPU engine): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san_${tool}_golden.log" | tail -1)")
+        summary+=("$tool test_golden (GPU engine): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${tool}_golden.log" | tail -1)")
       done ;;
     bench)
       python3 bench/bench_e2e.py 2>&1 | tee "$OUT/bench_e2e.log" | tail -8
