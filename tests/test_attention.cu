@@ -9,6 +9,7 @@
 // prefill for n_q = 1, and naive == flash prefill.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -123,9 +124,11 @@ struct Problem {
     AttnParams<T> params() const {
         return {dq.ptr, dk.ptr, dv.ptr, dout.ptr, s.n_q, dpos.ptr, s.nH, s.nKV, s.hd, s.window, scale(), s.s_cap};
     }
-    std::vector<float> reference() const {
+    // The CPU result for queries at pos0 (the shape's by default; any smaller one also works).
+    std::vector<float> reference(int pos0 = -1) const {
         std::vector<float> out(dout.n);
-        cpu::attention(out.data(), q.data(), k.data(), v.data(), s.n_q, s.pos0, s.nH, s.nKV, s.hd, s.window, scale());
+        cpu::attention(out.data(), q.data(), k.data(), v.data(), s.n_q, pos0 < 0 ? s.pos0 : pos0, s.nH, s.nKV, s.hd,
+                       s.window, scale());
         return out;
     }
     // Poisons the output, runs `kernel`, returns the output as float.
@@ -134,6 +137,9 @@ struct Problem {
         dout.poison();
         kernel(params());
         cudaCheck(cudaDeviceSynchronize());
+        return output();
+    }
+    std::vector<float> output() const {
         std::vector<T> h(dout.n);
         cudaCheck(cudaMemcpy(h.data(), dout.ptr, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
         std::vector<float> f(h.size());
@@ -249,6 +255,34 @@ TYPED_TEST(Attention, NaiveEqualsFlash) {
         expect_close(b, a, Tol<TypeParam>::rel, Tol<TypeParam>::abs,
                      std::string("flash vs naive ") + Tol<TypeParam>::name + " " + s.str());
     }
+}
+
+// Decode captured once in a CUDA graph, replayed with new positions written to *pos0: the
+// launch shape must not depend on the position, and rows past it must be ignored.
+TEST(AttentionGraph, DecodeReplaysWithNewPositions) {
+    SKIP_WITHOUT_GPU();
+    using T = __nv_bfloat16;
+    Problem<T> pr({1, 1999, 8, 2, 128, 0, 2048}, 11);  // cache rows 0..1999 hold real values
+    DeviceBuffer<char> ws(attention_decode_workspace_bytes(8, 128, 2048));
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;  // captured as the engine does, possibly the first call (one-time setup inside)
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    attention_decode(pr.params(), ws.ptr, stream);
+    cudaCheck(cudaStreamEndCapture(stream, &graph));
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    for (int pos : {5, 700, 1999, 64}) {
+        cudaCheck(cudaMemcpy(pr.dpos.ptr, &pos, sizeof(int), cudaMemcpyHostToDevice));
+        pr.dout.poison();
+        cudaCheck(cudaGraphLaunch(exec, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        expect_close(pr.output(), pr.reference(pos), Tol<T>::rel, Tol<T>::abs,
+                     "graph replay decode bf16 pos0=" + std::to_string(pos));
+    }
+    cudaCheck(cudaGraphExecDestroy(exec));
+    cudaCheck(cudaGraphDestroy(graph));
+    cudaCheck(cudaStreamDestroy(stream));
 }
 
 TEST(AttentionArgs, RejectsBadShapes) {

@@ -1,0 +1,236 @@
+// bench_attention.cu: speed of the attention kernels (kernels/attention.cuh) on the issue's bars.
+//   prefill  bf16, hd 128, 32 heads (nKV 32), causal, batch 1, S = 4096 and 16384: TFLOP/s
+//            counting causal FLOPs = 2·S²·hd·heads (QKᵀ and PV, half the square). BN = 64 (the
+//            default) and BN = 32 tiles side by side.
+//   decode   bf16, hd 128, batch 1, one new token over 32768 cached keys, 32/32 and 40/8 heads:
+//            effective bandwidth = K+V bytes / time. Four caches in rotation (each larger than
+//            the L2 for MHA; together 4x it for GQA), so the reads come from HBM. Timed both as
+//            launches from the host and as CUDA-graph replays (as the engine runs decode); also
+//            the split kernel alone and 2- / 4-stage K/V pipelines (the default is 3).
+// Each figure is the median of many launches timed with CUDA events after a warm-up, on
+// uniform random inputs (never zeros). A correctness line compares each kernel with the naive
+// one on the same inputs. Usage: bench_attention [results.txt] (key value lines, read by
+// bench/bench_attention_torch.py to print the comparison with PyTorch).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "attention.cuh"
+
+using namespace olmo;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+// x[i] = uniform in [-scale, scale), from a hash of (seed, i).
+__global__ void fill_uniform(bf16* x, size_t n, uint64_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xD1B54A32D192ED03ull;
+        h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
+        x[i] = __float2bfloat16_rn(scale * ((float)(h >> 40) / (float)(1 << 23) - 1.0f));
+    }
+}
+
+bf16* device_random(size_t n, uint64_t seed, float scale = 1.0f) {
+    bf16* p;
+    cudaCheck(cudaMalloc(&p, n * sizeof(bf16)));
+    fill_uniform<<<1024, 256>>>(p, n, seed, scale);
+    cudaCheckLaunch();
+    return p;
+}
+
+// Median time in ms of run(i) over `reps` launches, events recorded between launches so that
+// the host stays ahead of the GPU and launch latency is not timed.
+template <typename F>
+double median_ms(F&& run, int warmup, int reps) {
+    for (int i = 0; i < warmup; i++) run(i);
+    std::vector<cudaEvent_t> ev(reps + 1);
+    for (auto& e : ev) cudaCheck(cudaEventCreate(&e));
+    cudaCheck(cudaEventRecord(ev[0]));
+    for (int i = 0; i < reps; i++) {
+        run(i);
+        cudaCheck(cudaEventRecord(ev[i + 1]));
+    }
+    cudaCheck(cudaEventSynchronize(ev[reps]));
+    std::vector<float> t(reps);
+    for (int i = 0; i < reps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
+    for (auto& e : ev) cudaCheck(cudaEventDestroy(e));
+    std::sort(t.begin(), t.end());
+    return t[reps / 2];
+}
+
+// Median time in ms of one run(i, stream) when `calls` of them are replayed as a CUDA graph
+// (no launch gaps from the host; the way the engine replays decode steps).
+template <typename F>
+double graph_ms(F&& run, int calls, int reps) {
+    cudaStream_t st;
+    cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    run(0, st);  // one-time setup outside the capture
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < calls; i++) run(i, st);
+    cudaCheck(cudaStreamEndCapture(st, &graph));
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<float> t(reps);
+    cudaEvent_t a, b;
+    cudaCheck(cudaEventCreate(&a));
+    cudaCheck(cudaEventCreate(&b));
+    for (int i = -3; i < reps; i++) {
+        cudaCheck(cudaEventRecord(a, st));
+        cudaCheck(cudaGraphLaunch(exec, st));
+        cudaCheck(cudaEventRecord(b, st));
+        cudaCheck(cudaEventSynchronize(b));
+        if (i >= 0) cudaCheck(cudaEventElapsedTime(&t[i], a, b));
+    }
+    for (cudaEvent_t e : {a, b}) cudaCheck(cudaEventDestroy(e));
+    cudaCheck(cudaGraphExecDestroy(exec));
+    cudaCheck(cudaGraphDestroy(graph));
+    cudaCheck(cudaStreamDestroy(st));
+    std::sort(t.begin(), t.end());
+    return t[reps / 2] / calls;
+}
+
+// rel-L2 of a against b (device bf16 arrays of n elements).
+double rel_l2(const bf16* a, const bf16* b, size_t n) {
+    std::vector<bf16> ha(n), hb(n);
+    cudaCheck(cudaMemcpy(ha.data(), a, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(hb.data(), b, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    double e = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = __bfloat162float(ha[i]), y = __bfloat162float(hb[i]);
+        e += (x - y) * (x - y), r += y * y;
+    }
+    return std::isfinite(e) ? std::sqrt(e / r) : INFINITY;
+}
+
+struct Results {
+    FILE* f;
+    void put(const char* key, double value) {
+        if (f) fprintf(f, "%s %.4f\n", key, value);
+    }
+};
+
+void bench_prefill(int S, Results& res) {
+    const int nH = 32, hd = 128;
+    const size_t n = (size_t)S * nH * hd;
+    bf16 *q = device_random(n, 1), *k = device_random(n, 2), *v = device_random(n, 3), *out, *ref;
+    int* pos0;
+    cudaCheck(cudaMalloc(&out, n * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&ref, n * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&pos0, sizeof(int)));
+    cudaCheck(cudaMemset(pos0, 0, sizeof(int)));
+    const AttnParams<bf16> p{q, k, v, out, S, pos0, nH, nH, hd, 0, 1.0f / std::sqrt((float)hd), S};
+    const double flops = 2.0 * S * (double)S * hd * nH;
+    const int reps = S <= 4096 ? 50 : 12;
+    const double ms64 = median_ms([&](int) { attention_prefill(p, 0); }, 3, reps);
+    const double ms32 = median_ms([&](int) { attn::launch_prefill<bf16, 128, 32>(p, 0); }, 3, reps);
+    printf("prefill S=%-6d 32/32 heads  BN=64: %8.3f ms %7.1f TFLOP/s   BN=32: %8.3f ms %7.1f TFLOP/s\n", S, ms64,
+           flops / ms64 / 1e9, ms32, flops / ms32 / 1e9);
+    char key[64];
+    snprintf(key, sizeof key, "prefill_%d", S);
+    res.put(key, flops / std::min(ms64, ms32) / 1e9);
+    snprintf(key, sizeof key, "prefill_%d_bn64", S);
+    res.put(key, flops / ms64 / 1e9);
+    if (S <= 4096) {  // the naive oracle needs S*S*heads fp32 scores
+        float* ws;
+        cudaCheck(cudaMalloc(&ws, attention_naive_workspace_bytes(S, nH, S)));
+        AttnParams<bf16> pn = p;
+        pn.out = ref;
+        attention_naive(pn, ws, 0);
+        attention_prefill(p, 0);
+        const double e64 = rel_l2(out, ref, n);
+        attn::launch_prefill<bf16, 128, 32>(p, 0);
+        const double e32 = rel_l2(out, ref, n);
+        printf("  check vs naive: rel-L2 BN=64 %.2e, BN=32 %.2e\n", e64, e32);
+        cudaCheck(cudaFree(ws));
+    }
+    for (bf16* b : {q, k, v, out, ref}) cudaCheck(cudaFree(b));
+    cudaCheck(cudaFree(pos0));
+}
+
+void bench_decode(int nH, int nKV, Results& res) {
+    const int hd = 128, ctx = 32768, sets = 4;
+    const size_t nkv = (size_t)ctx * nKV * hd, nq = (size_t)nH * hd;
+    std::vector<bf16*> q(sets), k(sets), v(sets);
+    for (int s = 0; s < sets; s++) {
+        q[s] = device_random(nq, 10 + s);
+        k[s] = device_random(nkv, 20 + s);
+        v[s] = device_random(nkv, 30 + s);
+    }
+    bf16 *out, *ref;
+    int* pos0;
+    void* ws;
+    float* naive_ws;
+    cudaCheck(cudaMalloc(&out, nq * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&ref, nq * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&pos0, sizeof(int)));
+    const int last = ctx - 1;
+    cudaCheck(cudaMemcpy(pos0, &last, sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&ws, sizeof(float) * attn::kMaxSplits * nH * (hd + 1)));
+    cudaCheck(cudaMalloc(&naive_ws, attention_naive_workspace_bytes(1, nH, ctx)));
+    auto params = [&](int s) {
+        return AttnParams<bf16>{q[s], k[s], v[s], out, 1, pos0, nH, nKV, hd, 0, 1.0f / std::sqrt((float)hd), ctx};
+    };
+    const double bytes = 2.0 * nkv * sizeof(bf16);
+    const double ms = median_ms([&](int i) { attention_decode(params(i % sets), ws, 0); }, 20, 400);
+    const double ms_graph = graph_ms([&](int i, cudaStream_t st) { attention_decode(params(i % sets), ws, st); }, 20, 30);
+    const int count = attn::decode_split_count<bf16, 128>(ctx, nKV);
+    const int count2 = attn::decode_split_count<bf16, 128, 2>(ctx, nKV), count4 = attn::decode_split_count<bf16, 128, 4>(ctx, nKV);
+    const double ms2 = graph_ms([&](int i, cudaStream_t st) { attn::launch_decode<bf16, 128, 2>(params(i % sets), ws, count2, st); }, 20, 30);
+    const double ms4 = graph_ms([&](int i, cudaStream_t st) { attn::launch_decode<bf16, 128, 4>(params(i % sets), ws, count4, st); }, 20, 30);
+    // The split kernel alone (without the combine), to see where the time goes.
+    float* o_part = static_cast<float*>(ws);
+    float* lse_part = o_part + (size_t)count * nH * hd;
+    const double ms_split = median_ms(
+        [&](int i) {
+            attn::attention_decode_kernel<bf16, 128, attn::kDecodeStages><<<dim3(nKV, count), attn::kDecodeThreads, attn::decode_smem_bytes<128>()>>>(
+                params(i % sets), count, o_part, lse_part);
+            cudaCheckLaunch();
+        },
+        20, 400);
+    AttnParams<bf16> pn = params(0);
+    pn.out = ref;
+    attention_naive(pn, naive_ws, 0);
+    attention_decode(params(0), ws, 0);
+    const double err = rel_l2(out, ref, nq);
+    printf("decode ctx=%d %2d/%-2d heads: %7.2f us %5.2f TB/s  (split kernel alone %7.2f us %5.2f TB/s; %d splits)  rel-L2 vs naive %.2e\n",
+           ctx, nH, nKV, ms * 1e3, bytes / ms / 1e9, ms_split * 1e3, bytes / ms_split / 1e9, count, err);
+    printf("  as a CUDA graph (20 calls per replay): %7.2f us %5.2f TB/s\n", ms_graph * 1e3, bytes / ms_graph / 1e9);
+    printf("  graph, 2 stages (%d splits): %7.2f us %5.2f TB/s; 4 stages (%d splits): %7.2f us %5.2f TB/s\n", count2,
+           ms2 * 1e3, bytes / ms2 / 1e9, count4, ms4 * 1e3, bytes / ms4 / 1e9);
+    char key[64];
+    snprintf(key, sizeof key, "decode_%d_%d", nH, nKV);
+    res.put(key, bytes / ms / 1e9);
+    snprintf(key, sizeof key, "decode_%d_%d_graph", nH, nKV);
+    res.put(key, bytes / ms_graph / 1e9);
+    for (int s = 0; s < sets; s++)
+        for (bf16* b : {q[s], k[s], v[s]}) cudaCheck(cudaFree(b));
+    for (void* b : {(void*)out, (void*)ref, (void*)pos0, ws, (void*)naive_ws}) cudaCheck(cudaFree(b));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+            printf("bench_attention: no CUDA GPU present\n");
+            return 1;
+        }
+        cudaDeviceProp prop;
+        cudaCheck(cudaGetDeviceProperties(&prop, 0));
+        printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+        Results res{argc > 1 ? fopen(argv[1], "w") : nullptr};
+        bench_prefill(4096, res);
+        bench_prefill(16384, res);
+        bench_decode(32, 32, res);
+        bench_decode(40, 8, res);
+        if (res.f) fclose(res.f);
+    } catch (const std::exception& e) {
+        fprintf(stderr, "bench_attention: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

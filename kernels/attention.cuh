@@ -1,0 +1,843 @@
+// attention.cuh: causal (optionally sliding-window) attention of new queries over a KV cache.
+// defines: AttnParams, attention_naive, attention_naive_workspace_bytes, attention_prefill,
+//          attention_decode, attention_decode_workspace_bytes
+//
+// Every kernel computes, for query token t (absolute position i = pos0 + t) and head h,
+//     out[t, h] = Σ_j softmax_j(scale · q[t, h] · k[j, h / g]) · v[j, h / g],   g = nH / nKV,
+// over the keys j it may see: j <= i, and j > i - window when window > 0. The cache holds
+// position p in row p. Softmax runs in fp32; 16-bit inputs are multiplied on tensor cores
+// with fp32 accumulation. olmo::cpu::attention (src/cpu_ops.h) is the reference.
+//
+// Three families, from the readable oracle to the fast paths:
+//   attention_naive    scores -> softmax -> P·V as three kernels over an fp32 score matrix.
+//   attention_prefill  flash attention (FlashAttention-2): tiles of 128 query rows stream the
+//                      cache in tiles of 64 keys with an online softmax, on mma.sync tensor cores.
+//   attention_decode   flash-decoding for a few query rows: the cache is cut into splits that
+//                      blocks process in parallel, then a second kernel merges the splits.
+// For T = float the prefill and decode entry points run a simple warp-per-row kernel instead
+// (tensor cores take 16-bit operands; fp32 serves as the exact reference path).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "common.h"
+#include "cuda_common.cuh"
+
+namespace olmo {
+
+template <typename T>  // T = float, __half or __nv_bfloat16 (storage type)
+struct AttnParams {
+    const T* q;       // [n_q, nH*hd]    new queries, head h in columns h*hd .. h*hd+hd-1
+    const T* k;       // [s_cap, nKV*hd] this layer's K cache, position p in row p (RoPE applied)
+    const T* v;       // [s_cap, nKV*hd] V cache
+    T* out;           // [n_q, nH*hd]
+    int n_q;          // new query tokens (prefill chunk length; 1 for decode)
+    const int* pos0;  // DEVICE pointer: position of the first query; keys 0 .. pos0+n_q-1 are
+                      // valid (so a captured CUDA graph replays with a new position)
+    int nH, nKV, hd;  // hd in {64, 128}; nH % nKV == 0
+    int window;       // 0 = full causal; W > 0: query at position i sees keys i-W+1 .. i
+    float scale;      // usually hd^-0.5
+    int s_cap;        // cache capacity in rows (an upper bound on pos0 + n_q)
+};
+
+namespace attn {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ------------------------------------------------------------------------------------------
+// Small device helpers: dtype conversion, PTX wrappers, a swizzled shared-memory tile.
+// ------------------------------------------------------------------------------------------
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x) {
+    if constexpr (std::is_same_v<T, float>) return x;
+    else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
+    else return __float2bfloat16_rn(x);
+}
+
+// Two floats -> one 32-bit register of two 16-bit values (lo in the low half), as mma wants.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    uint32_t u;
+    if constexpr (std::is_same_v<T, __half>) {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        memcpy(&u, &h, 4);
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        memcpy(&u, &h, 4);
+    }
+    return u;
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {  // 2^x on the SFU; 2^-inf = 0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+// 16-byte global -> shared copy that bypasses registers (and L1); zero-fills when !valid.
+// Shared memory is addressed by 32-bit shared-window addresses (`saddr`) throughout.
+__device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>  // wait until at most N of this thread's committed groups are still in flight
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Four 8x8 b16 matrices from shared memory; lane l gives the address of row l%8 of matrix l/8
+// and receives in r[i] elements (l/4, 2(l%4) .. 2(l%4)+1) of matrix i (transposed with .trans).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t saddr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(saddr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t saddr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(saddr));
+}
+
+// d[16x8] += a[16x16] · b[16x8], 16-bit operands, fp32 accumulators. Fragments (g = lane/4,
+// c = 2*(lane%4)): a = {(g, c), (g+8, c), (g, c+8), (g+8, c+8)}, b = {(k=c, n=g), (k=c+8, n=g)},
+// d = {(g, c), (g, c+1), (g+8, c), (g+8, c+1)}.
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (std::is_same_v<T, __half>)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A [rows, HD] tile of 16-bit values in shared memory, kept as 16-byte chunks (8 elements)
+// with chunk c of row r stored at chunk position (c ^ r) % 8 + c / 8 * 8: the 8 rows that one
+// ldmatrix reads at the same column fall in 8 different bank groups, so neither the row-wise
+// (Q, K) nor the transposed (V) reads conflict. The base is 128-byte aligned and rows are
+// 128 or 256 bytes, so address bits 4..6 hold exactly the swizzled chunk bits; that makes
+//   addr(row + dr, chunk + dc) = (addr(row, chunk) ^ (dc % 8) * 16) + dr * row_bytes + dc / 8 * 128
+// for dr a multiple of 8 and dc even with chunk in {0, 1}: a per-lane base address, an XOR
+// with a constant and an immediate offset, instead of a swizzle per fragment load.
+template <int HD>
+struct SmemTile {
+    static constexpr int kRowBytes = HD * 2;
+    uint32_t base;  // shared-window address
+    __device__ uint32_t at(int row, int chunk) const {
+        return base + row * kRowBytes + ((((chunk ^ row) & 7) | (chunk & ~7)) << 4);
+    }
+    __device__ SmemTile rows_from(int row0) const { return {base + row0 * kRowBytes}; }
+    static __device__ uint32_t step(uint32_t addr, int dr, int dc) {
+        return (addr ^ ((dc & 7) << 4)) + dr * kRowBytes + ((dc & ~7) << 4);
+    }
+};
+
+// Starts the asynchronous copy of a ROWS x HD tile: thread i copies chunk i % (HD/8) of rows
+// i / (HD/8) + k * STEP, STEP = THREADS / (HD/8) a multiple of 8, so all its destinations share
+// one swizzle and differ by immediate offsets. src(r) is the global address of row r or nullptr
+// for a row to zero-fill (`dummy` is any valid address for those copies).
+template <int ROWS, int THREADS, typename T, int HD, typename RowSrc>
+__device__ __forceinline__ void load_tile_async(SmemTile<HD> dst, RowSrc src, const T* dummy) {
+    constexpr int CHUNKS = HD / 8, STEP = THREADS / CHUNKS;
+    static_assert(STEP % 8 == 0 && ROWS % STEP == 0, "every thread copies whole rows' chunks alike");
+    const int r0 = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
+    const uint32_t s0 = dst.at(r0, c);
+#pragma unroll
+    for (int it = 0; it < ROWS / STEP; it++) {
+        const T* g = src(r0 + it * STEP);
+        cp_async_16(s0 + it * STEP * SmemTile<HD>::kRowBytes, g ? g + c * 8 : dummy, g != nullptr);
+    }
+}
+
+// Rows of a query tile are (token, head) pairs. The g = nH/nKV query heads that share KV head
+// `kvh` sit side by side, row r = token t0 + r/g, head kvh*g + r%g, so every K/V tile a block
+// loads serves the whole group (GQA). Only the first `rows` rows are real.
+struct RowMap {
+    int g, kvh, t0, rows;
+    __device__ int token(int r) const { return t0 + r / g; }
+    __device__ int head(int r) const { return kvh * g + r % g; }
+};
+
+// Keys [lo, hi) that queries at positions first_pos .. last_pos may see.
+struct KeyRange {
+    int lo, hi;
+};
+__device__ __forceinline__ KeyRange visible_keys(int first_pos, int last_pos, int window) {
+    return {window > 0 ? max(0, first_pos - window + 1) : 0, last_pos + 1};
+}
+
+// ------------------------------------------------------------------------------------------
+// Warp-level flash-attention steps on tensor cores, shared by prefill and decode. A warp owns
+// MT m-tiles of 16 query rows and sees NT n-tiles of 8 keys. Accumulator fragments give each
+// lane rows lane/4 and lane/4+8 of an m-tile (index `half` 0/1 below), two columns each.
+// ------------------------------------------------------------------------------------------
+
+// s = Q·Kᵀ for this warp: Q fragments are read from shared memory per 16-wide slice of hd; one
+// ldmatrix.x4 of K gives the B fragments of two n-tiles, reused by all MT m-tiles.
+// Lane addresses: Q (A operand) rows lane%16, chunk lane/16; K rows lane%8 + 8*(lane/16),
+// chunk (lane/8)%2 (matrices: keys 0-7 dims 0-7, keys 0-7 dims 8-15, keys 8-15 ...).
+// At hd 128 the hd loop is unrolled by 2 only: fully unrolled, ptxas hoists so many fragment
+// loads that the prefill kernel spills at 255 registers.
+template <typename T, int HD, int MT, int NT>
+__device__ __forceinline__ void warp_scores(float (&s)[MT][NT][4], SmemTile<HD> q, SmemTile<HD> k, int lane) {
+    using Tile = SmemTile<HD>;
+    const uint32_t qa = q.at(lane & 15, lane >> 4), ka = k.at((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[mt][n][i] = 0.0f;
+    constexpr int UNROLL = HD >= 128 ? 2 : HD / 16;
+#pragma unroll UNROLL
+    for (int kk = 0; kk < HD; kk += 16) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) ldmatrix_x4(a[mt], Tile::step(qa, mt * 16, kk / 8));
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            uint32_t b[4];  // keys n*8 .. n*8+15: {n-tile n: b0, b1}, {n-tile n+1: b0, b1}
+            ldmatrix_x4(b, Tile::step(ka, n * 8, kk / 8));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_16x8x16<T>(s[mt][n], a[mt], b[0], b[1]);
+                mma_16x8x16<T>(s[mt][n + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// Sets s = -inf where key j is hidden from the row at position pos: j > pos, or j <= pos - window.
+// key0 is the key of n-tile 0, column 0; row_pos(r) the position of the warp's row r.
+template <int MT, int NT, typename RowPos>
+__device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], RowPos row_pos, int key0, int window, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int pos = row_pos(mt * 16 + half * 8 + lane / 4);
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int j = key0 + n * 8 + (lane & 3) * 2 + i;
+                    if (j > pos || (window > 0 && j <= pos - window)) s[mt][n][2 * half + i] = -INFINITY;
+                }
+        }
+}
+
+// Online softmax (FlashAttention-2), per row, with c = scale·log2(e) so exp(scale·x) = 2^(c·x):
+//   m' = max(m, max_j s_j)                 running max of the raw scores
+//   p_j = 2^(c·s_j - c·m')                 this tile's probabilities (overwrite s)
+//   l' = l·2^(c·(m - m')) + Σ_j p_j        running denominator (a per-lane partial sum;
+//                                          the 4 lanes of a row add theirs at the end)
+//   o' = o·2^(c·(m - m'))                  rescaled before P·V is added
+// A row that has seen only masked (-inf) keys keeps m = -inf and uses 0 as its reference, so
+// no (-inf) - (-inf) = NaN appears; its p and l stay 0. Once the maxima settle, most tiles
+// change no row's max: the warp then skips the rescale of o (exact: the factor would be 1).
+template <int MT, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&o)[MT][DT][4], float c) {
+    float corr[MT][2];
+    bool same = true;  // no max of this lane's rows changed
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float mx = m[mt][half];
+#pragma unroll
+            for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float ref = mx == -INFINITY ? 0.0f : mx * c;
+            same = same && mx == m[mt][half];
+            corr[mt][half] = mx == m[mt][half] ? 1.0f : exp2_approx(m[mt][half] * c - ref);
+            m[mt][half] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int i = 2 * half; i < 2 * half + 2; i++) {
+                    s[mt][n][i] = exp2_approx(fmaf(s[mt][n][i], c, -ref));
+                    sum += s[mt][n][i];
+                }
+            l[mt][half] = l[mt][half] * corr[mt][half] + sum;
+        }
+    if (__all_sync(0xffffffffu, same)) return;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[mt][d][i] *= corr[mt][i >> 1];
+}
+
+// o += P·V: the probabilities' accumulator fragments of n-tiles 2kk, 2kk+1 are exactly the A
+// fragment of a 16-key slice once packed to 16 bits (all packed first, so the fp32 scores die
+// before the loop); V's B fragments come from ldmatrix.trans with lane rows lane%16 (keys),
+// chunk lane/16 (matrices: keys 0-7 dims 0-7, keys 8-15 dims 0-7, keys 0-7 dims 8-15, ...).
+template <typename T, int HD, int MT, int NT>
+__device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (&p)[MT][NT][4], SmemTile<HD> v,
+                                        int lane) {
+    using Tile = SmemTile<HD>;
+    uint32_t a[MT][NT / 2][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            a[mt][kk][0] = pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+            a[mt][kk][1] = pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+            a[mt][kk][2] = pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+            a[mt][kk][3] = pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+        }
+    const uint32_t va = v.at(lane & 15, lane >> 4);
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+#pragma unroll
+        for (int d = 0; d < HD / 8; d += 2) {
+            uint32_t b[4];  // dims d*8 .. d*8+15: {n-tile d: b0, b1}, {n-tile d+1: b0, b1}
+            ldmatrix_x4_trans(b, Tile::step(va, kk * 16, d));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_16x8x16<T>(o[mt][d], a[mt][kk], b[0], b[1]);
+                mma_16x8x16<T>(o[mt][d + 1], a[mt][kk], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// Starts copying keys key0 .. key0+BN-1 of KV head kvh into a K and a V tile; rows at or past
+// key_end are zero-filled (the cache beyond the live length may hold anything, even NaN).
+template <int BN, int THREADS, typename T, int HD>
+__device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T>& p,
+                                                   int kvh, int key0, int key_end) {
+    const int64_t ld = (int64_t)p.nKV * HD;
+    const T* k0 = p.k + key0 * ld + kvh * HD;
+    const T* v0 = p.v + key0 * ld + kvh * HD;
+    auto row = [&](const T* base, int r) -> const T* { return key0 + r < key_end ? base + r * ld : nullptr; };
+    load_tile_async<BN, THREADS>(sk, [&](int r) { return row(k0, r); }, p.k);
+    load_tile_async<BN, THREADS>(sv, [&](int r) { return row(v0, r); }, p.k);
+}
+
+// Starts copying the query rows of `map` into a tile; rows past map.rows are zero-filled.
+template <int ROWS, int THREADS, typename T, int HD>
+__device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnParams<T>& p, const RowMap& map) {
+    load_tile_async<ROWS, THREADS>(
+        sq,
+        [&](int r) -> const T* {
+            return r < map.rows ? p.q + (int64_t)map.token(r) * p.nH * HD + map.head(r) * HD : nullptr;
+        },
+        p.q);
+}
+
+// ------------------------------------------------------------------------------------------
+// Prefill: FlashAttention-2 on mma.sync.
+//   Grid (nKV, query blocks). A block owns 128 query rows (BM/g tokens of one GQA group). The
+//   latest tokens go first, across all heads: causal blocks at the end of the sequence have the
+//   most work, so the light ones fill the tail (the other order, heads one after another,
+//   measured 257 instead of 312 TFLOP/s at S = 4096). 4 warps,
+//   each 32 rows = 2 m-tiles, so every K/V fragment read from shared memory feeds 2 mma.
+//   The keys the block can see, [lo, last position], are walked in tiles of BN keys; the tiles
+//   before lo (sliding window) and after the diagonal (causal) are never loaded. K/V tiles are
+//   double-buffered: tile i+1 is copied with cp.async while tile i is computed. Only tiles that
+//   some row sees partially (the diagonal, the window's start) apply the element mask.
+//   Shared memory: Q 128 x hd + 2 stages x (K, V) BN x hd = 96 KB at hd 128, BN 64: 2 blocks
+//   per SM. Registers: o (32 x hd / 32 lanes = 128 fp32 at hd 128) + s (BN fp32): 255, with
+//   ~20 bytes spilled. BN = 32 (no spill) measured 10-15% slower.
+// ------------------------------------------------------------------------------------------
+constexpr int kPrefillBM = 128, kPrefillBN = 64, kPrefillThreads = 128;
+
+template <typename T, int HD, int BN>
+__global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(const AttnParams<T> p) {
+    constexpr int BM = kPrefillBM, MT = 2, NT = BN / 8, DT = HD / 8;
+    extern __shared__ __align__(128) uint4 smem[];
+    const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows BM + 2s*BN
+    auto k_stage = [&](int s) { return sq.rows_from(BM + 2 * s * BN); };
+    auto v_stage = [&](int s) { return sq.rows_from(BM + (2 * s + 1) * BN); };
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+    const int g = p.nH / p.nKV, tokens = BM / g;
+    const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens, t_end = min(p.n_q, t0 + tokens);
+    const RowMap map{g, (int)blockIdx.x, t0, (t_end - t0) * g};
+    const int pos0 = *p.pos0, pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
+    const KeyRange keys = visible_keys(pos_lo, pos_hi, p.window);
+    const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
+
+    auto row_pos = [&](int r) { return pos0 + map.token(warp * 32 + r); };  // position of the warp's row r
+    float o[MT][DT][4] = {}, m[MT][2], l[MT][2] = {};
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY;
+    const float c = p.scale * kLog2e;
+
+    load_q_tile_async<BM, kPrefillThreads>(sq, p, map);
+    cp_async_commit();
+    load_kv_tile_async<BN, kPrefillThreads>(k_stage(0), v_stage(0), p, map.kvh, tile_lo * BN, keys.hi);
+    cp_async_commit();
+    for (int tile = tile_lo; tile <= tile_hi; tile++) {
+        const int stage = (tile - tile_lo) & 1, key0 = tile * BN;
+        if (tile < tile_hi)
+            load_kv_tile_async<BN, kPrefillThreads>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, map.kvh, key0 + BN, keys.hi);
+        cp_async_commit();
+        cp_async_wait<1>();  // everything but the prefetch just issued has landed
+        __syncthreads();
+
+        float s[MT][NT][4];
+        warp_scores<T, HD, MT, NT>(s, sq.rows_from(warp * 32), k_stage(stage), lane);
+        const bool partial = key0 + BN - 1 > pos_lo || (p.window > 0 && key0 <= pos_hi - p.window);
+        if (partial) mask_scores<MT, NT>(s, row_pos, key0, p.window, lane);
+        online_softmax<MT, NT, DT>(s, m, l, o, c);
+        warp_pv<T, HD, MT, NT>(o, s, v_stage(stage), lane);
+        __syncthreads();  // all warps are done with this stage before it is refilled
+    }
+
+    // out = o / l, with l summed over the 4 lanes that share a row.
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float sum = l[mt][half];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int r = warp * 32 + mt * 16 + half * 8 + lane / 4;
+            if (r >= map.rows) continue;
+            T* dst = p.out + (int64_t)map.token(r) * p.nH * HD + map.head(r) * HD + (lane & 3) * 2;
+#pragma unroll
+            for (int d = 0; d < DT; d++) {
+                *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
+            }
+        }
+}
+
+// ------------------------------------------------------------------------------------------
+// Decode: flash-decoding for n_q*g <= 16 query rows (one token: the g heads of a KV group).
+//   Splits: grid (nKV, count), one wave of blocks (nKV * count <= SMs * blocks per SM). count
+//   depends on the model and the GPU only, so every step launches the same grid and a CUDA
+//   graph can replay it; at run time the live keys are cut into count pieces (whole 64-key
+//   tiles), and splits past the live length return at once. Each block reads its piece of one
+//   KV head once for all the group's query heads (the 16-row m-tile is the packed group).
+//   Inside a block, tiles of 64 keys stream through STAGES cp.async buffers (3: 100 KB of
+//   shared memory at hd 128, 2 blocks per SM; measured best of 2/3/4); warp w takes keys
+//   16w .. 16w+15 of each tile and keeps its own online-softmax state (m, l, o) over them.
+//   At the end the 4 warps' states merge through shared memory and the block writes, per row,
+//   o_s = o/l and lse_s = c·m + log2(l) (the log2-sum-exp of its scaled scores).
+// Combine: per (token, head) row, over the live splits s, with M = max_s lse_s:
+//   out = Σ_s 2^(lse_s - M) · o_s / Σ_s 2^(lse_s - M),
+// computed in one pass with a running max (the online softmax again, over splits). It is
+// launched as a programmatic dependent of the split kernel: its blocks start while the split
+// kernel drains and wait (griddepcontrol.wait) until its writes are visible.
+// ------------------------------------------------------------------------------------------
+constexpr int kDecodeRows = 16, kDecodeBN = 64, kDecodeThreads = 128, kDecodeStages = 3, kMaxSplits = 256;
+
+// Split s covers keys [base + s*chunk, base + (s+1)*chunk) of the live range; n are non-empty.
+struct SplitPlan {
+    int base, chunk, n;
+};
+template <typename T>
+__device__ __forceinline__ SplitPlan plan_splits(const AttnParams<T>& p, int count, KeyRange* live_out) {
+    const int pos0 = *p.pos0;
+    const KeyRange live = visible_keys(pos0, pos0 + p.n_q - 1, p.window);
+    const int base = live.lo / kDecodeBN * kDecodeBN, len = live.hi - base;
+    const int chunk = ((len + count - 1) / count + kDecodeBN - 1) / kDecodeBN * kDecodeBN;
+    if (live_out) *live_out = live;
+    return {base, chunk, (len + chunk - 1) / chunk};
+}
+
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
+template <typename T, int HD, int STAGES>
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int count,
+                                                                          float* o_part, float* lse_part) {
+    constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8, WARPS = kDecodeThreads / 32;
+    extern __shared__ __align__(128) uint4 smem[];
+    const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows 16 + 2s*BN
+    auto k_stage = [&](int s) { return sq.rows_from(kDecodeRows + 2 * s * BN); };
+    auto v_stage = [&](int s) { return sq.rows_from(kDecodeRows + (2 * s + 1) * BN); };
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, split = blockIdx.y;
+    allow_dependent_launch();  // the combine kernel may start; it waits for our writes anyway
+
+    const int g = p.nH / p.nKV, pos0 = *p.pos0;
+    const RowMap map{g, (int)blockIdx.x, 0, p.n_q * g};
+    KeyRange live;
+    const SplitPlan plan = plan_splits(p, count, &live);
+    if (split >= plan.n) return;  // a split past the live length (same for the whole block)
+    const int lo = max(live.lo, plan.base + split * plan.chunk), hi = min(live.hi, plan.base + (split + 1) * plan.chunk);
+    const int tile_lo = lo / BN, tile_hi = (hi - 1) / BN;
+
+    auto row_pos = [&](int r) { return pos0 + map.token(r); };
+    float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
+    const float c = p.scale * kLog2e;
+
+    // Prologue: Q and the first STAGES-1 tiles in flight (one commit group each, maybe empty).
+    load_q_tile_async<kDecodeRows, kDecodeThreads>(sq, p, map);
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (tile_lo + i <= tile_hi) load_kv_tile_async<BN, kDecodeThreads>(k_stage(i), v_stage(i), p, map.kvh, (tile_lo + i) * BN, hi);
+        cp_async_commit();
+    }
+    for (int tile = tile_lo; tile <= tile_hi; tile++) {
+        const int stage = (tile - tile_lo) % STAGES, next = tile + STAGES - 1, key0 = tile * BN + warp * WN;
+        if (next <= tile_hi)
+            load_kv_tile_async<BN, kDecodeThreads>(k_stage((next - tile_lo) % STAGES), v_stage((next - tile_lo) % STAGES), p,
+                                                   map.kvh, next * BN, hi);
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();  // tile `tile` (and Q) have landed
+        __syncthreads();
+
+        float s[1][NT][4];
+        warp_scores<T, HD, 1, NT>(s, sq, k_stage(stage).rows_from(warp * WN), lane);
+        mask_scores<1, NT>(s, row_pos, key0, p.window, lane);  // cheap here: decode is memory-bound
+        online_softmax<1, NT, DT>(s, m, l, o, c);
+        warp_pv<T, HD, 1, NT>(o, s, v_stage(stage).rows_from(warp * WN), lane);
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+
+    // Merge the warps: each writes (m, l, o) of its 16 rows to shared memory (reusing the K/V
+    // stages), then the block combines them per row and writes this split's o/l and lse.
+    float* so = reinterpret_cast<float*>(smem) + kDecodeRows * HD / 2;  // [WARPS][16][HD], over the K/V stages
+    float* sm = so + WARPS * kDecodeRows * HD;          // [WARPS][16]
+    float* sl = sm + WARPS * kDecodeRows;               // [WARPS][16]
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float sum = l[0][half];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int r = half * 8 + lane / 4;
+        float* row = so + (warp * kDecodeRows + r) * HD + (lane & 3) * 2;
+#pragma unroll
+        for (int d = 0; d < DT; d++) {
+            row[d * 8] = o[0][d][2 * half];
+            row[d * 8 + 1] = o[0][d][2 * half + 1];
+        }
+        if ((lane & 3) == 0) {
+            sm[warp * kDecodeRows + r] = m[0][half];
+            sl[warp * kDecodeRows + r] = sum;
+        }
+    }
+    __syncthreads();
+    const int rows_total = p.n_q * p.nH;
+    for (int i = threadIdx.x; i < map.rows * HD; i += kDecodeThreads) {
+        const int r = i / HD, d = i % HD;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) mx = fmaxf(mx, sm[w * kDecodeRows + r]);
+        float lsum = 0.0f, osum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            const float mw = sm[w * kDecodeRows + r];
+            const float wt = mw == -INFINITY ? 0.0f : exp2_approx((mw - mx) * c);
+            lsum += wt * sl[w * kDecodeRows + r];
+            osum += wt * so[(w * kDecodeRows + r) * HD + d];
+        }
+        const int64_t row = (int64_t)split * rows_total + map.token(r) * p.nH + map.head(r);
+        o_part[row * HD + d] = lsum > 0.0f ? osum / lsum : 0.0f;
+        if (d == 0) lse_part[row] = lsum > 0.0f ? mx * c + log2f(lsum) : -INFINITY;
+    }
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams<T> p, int count, const float* o_part,
+                                                                const float* lse_part) {
+    constexpr int COLS = HD / 4, GROUPS = 256 / COLS;  // float4 columns x groups of splits
+    __shared__ float4 part[GROUPS][COLS];
+    __shared__ float part_m[GROUPS], part_l[GROUPS];
+    const int row = blockIdx.x, rows_total = p.n_q * p.nH;  // row = token * nH + head
+    const int col = threadIdx.x % COLS, grp = threadIdx.x / COLS;
+    grid_dependency_wait();
+    const SplitPlan plan = plan_splits(p, count, nullptr);
+
+    // Each group merges splits grp, grp + GROUPS, ... with a running max m and sum l.
+    float m = -INFINITY, l = 0.0f;
+    float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+    for (int s = grp; s < plan.n; s += GROUPS) {
+        const int64_t r = (int64_t)s * rows_total + row;
+        const float x = lse_part[r];
+        const float4 v = reinterpret_cast<const float4*>(o_part + r * HD)[col];
+        const float m_new = fmaxf(m, x);
+        const float a = m == -INFINITY ? 0.0f : exp2f(m - m_new), b = x == -INFINITY ? 0.0f : exp2f(x - m_new);
+        acc = {acc.x * a + v.x * b, acc.y * a + v.y * b, acc.z * a + v.z * b, acc.w * a + v.w * b};
+        l = l * a + b;
+        m = m_new;
+    }
+    part[grp][col] = acc;
+    if (col == 0) part_m[grp] = m, part_l[grp] = l;
+    __syncthreads();
+    if (grp != 0) return;
+    float mx = -INFINITY, lsum = 0.0f;
+    for (int j = 0; j < GROUPS; j++) mx = fmaxf(mx, part_m[j]);
+    acc = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < GROUPS; j++) {
+        const float w = part_m[j] == -INFINITY ? 0.0f : exp2f(part_m[j] - mx);
+        const float4 v = part[j][col];
+        acc = {acc.x + w * v.x, acc.y + w * v.y, acc.z + w * v.z, acc.w + w * v.w};
+        lsum += w * part_l[j];
+    }
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    T* dst = p.out + (int64_t)row * HD + col * 4;
+    dst[0] = from_float<T>(acc.x * inv);
+    dst[1] = from_float<T>(acc.y * inv);
+    dst[2] = from_float<T>(acc.z * inv);
+    dst[3] = from_float<T>(acc.w * inv);
+}
+
+// ------------------------------------------------------------------------------------------
+// Warp-per-row kernel (the fp32 path of prefill and decode): one warp walks the visible keys
+// of one (token, head) row in order with the online softmax, lane i holding dims i, i+32, ...
+// ------------------------------------------------------------------------------------------
+template <typename T, int HD>
+__global__ void attention_rowwise_kernel(const AttnParams<T> p) {
+    constexpr int E = HD / 32;
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (row >= p.n_q * p.nH) return;
+    const int t = row / p.nH, h = row % p.nH, kvh = h / (p.nH / p.nKV), pos = *p.pos0 + t;
+    const int64_t ld = (int64_t)p.nKV * HD;
+    const KeyRange keys = visible_keys(pos, pos, p.window);
+    float q[E], o[E] = {}, m = -INFINITY, l = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) q[e] = to_float(p.q[(int64_t)row * HD + lane + 32 * e]);
+    for (int j = keys.lo; j < keys.hi; j++) {
+        const T* kr = p.k + j * ld + kvh * HD;
+        const T* vr = p.v + j * ld + kvh * HD;
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) dot += q[e] * to_float(kr[lane + 32 * e]);
+        const float s = warp_sum(dot) * p.scale, m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new), pj = expf(s - m_new);
+        l = l * corr + pj;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] = o[e] * corr + pj * to_float(vr[lane + 32 * e]);
+        m = m_new;
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) p.out[(int64_t)row * HD + lane + 32 * e] = from_float<T>(o[e] / l);
+}
+
+// ------------------------------------------------------------------------------------------
+// Naive: the oracle. scores[row = t*nH + h][j] (fp32, row stride s_cap) for j < pos0 + n_q,
+// -inf where masked; then an in-place softmax per row; then out = P·V, one thread per output.
+// ------------------------------------------------------------------------------------------
+template <typename T>
+__global__ void naive_scores_kernel(const AttnParams<T> p, float* scores) {
+    const int row = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
+    const int t = row / p.nH, h = row % p.nH, kvh = h / (p.nH / p.nKV), pos = *p.pos0 + t;
+    if (j >= *p.pos0 + p.n_q) return;
+    float s = -INFINITY;
+    if (j <= pos && (p.window == 0 || j > pos - p.window)) {
+        const T* qr = p.q + (int64_t)row * p.hd;
+        const T* kr = p.k + (int64_t)j * p.nKV * p.hd + kvh * p.hd;
+        float dot = 0.0f;
+        for (int d = 0; d < p.hd; d++) dot += to_float(qr[d]) * to_float(kr[d]);
+        s = dot * p.scale;
+    }
+    scores[(int64_t)row * p.s_cap + j] = s;
+}
+
+template <typename T>
+__global__ void naive_softmax_kernel(const AttnParams<T> p, float* scores) {
+    __shared__ float red[32];
+    float* x = scores + (int64_t)blockIdx.x * p.s_cap;
+    const int n = *p.pos0 + p.n_q, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    auto block_reduce = [&](float v, bool is_max) {  // over all threads of the block
+        v = is_max ? warp_max(v) : warp_sum(v);
+        if (lane == 0) red[warp] = v;
+        __syncthreads();
+        v = lane < (int)blockDim.x / 32 ? red[lane] : (is_max ? -INFINITY : 0.0f);
+        v = is_max ? warp_max(v) : warp_sum(v);
+        __syncthreads();
+        return v;
+    };
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = block_reduce(mx, true);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) sum += (x[j] = expf(x[j] - mx));
+    const float inv = 1.0f / block_reduce(sum, false);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) x[j] *= inv;
+}
+
+template <typename T>
+__global__ void naive_pv_kernel(const AttnParams<T> p, const float* probs) {
+    const int row = blockIdx.x, d = threadIdx.x;
+    const int h = row % p.nH, kvh = h / (p.nH / p.nKV), n = *p.pos0 + p.n_q;
+    const float* pr = probs + (int64_t)row * p.s_cap;
+    const T* vc = p.v + kvh * p.hd + d;
+    float acc = 0.0f;
+    for (int j = 0; j < n; j++) acc += pr[j] * to_float(vc[(int64_t)j * p.nKV * p.hd]);
+    p.out[(int64_t)row * p.hd + d] = from_float<T>(acc);
+}
+
+// ------------------------------------------------------------------------------------------
+// Host side: argument checks and launches.
+// ------------------------------------------------------------------------------------------
+template <typename T>
+void check_params(const AttnParams<T>& p, const char* who, bool any_hd) {
+    const std::string w = who;
+    if (p.nKV <= 0 || p.nH % p.nKV != 0) fail(w + ": nH (" + std::to_string(p.nH) + ") is not a multiple of nKV (" + std::to_string(p.nKV) + ")");
+    if (!any_hd && p.hd != 64 && p.hd != 128) fail(w + ": head_dim " + std::to_string(p.hd) + " is not supported (64 or 128)");
+    if (p.n_q > p.s_cap) fail(w + ": " + std::to_string(p.n_q) + " queries do not fit a cache of " + std::to_string(p.s_cap) + " rows");
+    if (p.window < 0) fail(w + ": negative window");
+}
+
+// Calls f(std::integral_constant<int, hd>) for hd in {64, 128} (checked by check_params).
+template <typename F>
+void dispatch_hd(int hd, F&& f) {
+    if (hd == 64) f(std::integral_constant<int, 64>{});
+    else f(std::integral_constant<int, 128>{});
+}
+
+// Raises a kernel's dynamic shared-memory limit, once per kernel.
+template <auto Kernel>
+void allow_smem(int bytes) {
+    static const bool done = [&] {
+        cudaCheck(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        return true;
+    }();
+    (void)done;
+}
+
+template <typename T, int HD, int BN = kPrefillBN>
+void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
+    const int g = p.nH / p.nKV, tokens = kPrefillBM / g;
+    if (tokens == 0) fail("attention_prefill: more than 128 query heads per KV head");
+    constexpr auto kernel = attention_prefill_kernel<T, HD, BN>;
+    const int smem = (kPrefillBM + 4 * BN) * HD * sizeof(T);
+    allow_smem<kernel>(smem);
+    kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), kPrefillThreads, smem, stream>>>(p);
+    cudaCheckLaunch();
+}
+
+template <int HD, int STAGES = kDecodeStages>
+constexpr int decode_smem_bytes() {
+    return (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2;
+}
+
+// Splits for decode: one wave of blocks (nKV * count <= SMs * resident blocks per SM), at most
+// one per 64-key tile of the cache and kMaxSplits. Fixed by the model and the GPU.
+template <typename T, int HD, int STAGES = kDecodeStages>
+int decode_split_count(int s_cap, int nKV) {
+    constexpr auto kernel = attention_decode_kernel<T, HD, STAGES>;
+    allow_smem<kernel>(decode_smem_bytes<HD, STAGES>());
+    static const int slots = [] {
+        int dev = 0, sms = 0, per_sm = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kDecodeThreads, decode_smem_bytes<HD, STAGES>()));
+        return sms * per_sm;
+    }();
+    return std::max(1, std::min({slots / nKV, kMaxSplits, (s_cap + kDecodeBN - 1) / kDecodeBN}));
+}
+
+// count: number of splits (decode_split_count; the workspace must hold that many).
+template <typename T, int HD, int STAGES = kDecodeStages>
+void launch_decode(const AttnParams<T>& p, void* workspace, int count, cudaStream_t stream) {
+    float* o_part = static_cast<float*>(workspace);
+    float* lse_part = o_part + (size_t)count * p.n_q * p.nH * HD;
+    attention_decode_kernel<T, HD, STAGES>
+        <<<dim3(p.nKV, count), kDecodeThreads, decode_smem_bytes<HD, STAGES>(), stream>>>(p, count, o_part, lse_part);
+    cudaCheckLaunch();
+    // The combine as a programmatic dependent launch (see griddepcontrol above).
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(p.n_q * p.nH);
+    cfg.blockDim = dim3(256);
+    cfg.stream = stream;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = 1;
+    cudaCheck(cudaLaunchKernelEx(&cfg, attention_combine_kernel<T, HD>, p, count, (const float*)o_part,
+                                 (const float*)lse_part));
+}
+
+template <typename T>
+void launch_rowwise(const AttnParams<T>& p, cudaStream_t stream) {
+    const int rows = p.n_q * p.nH, threads = 128;
+    dispatch_hd(p.hd, [&](auto hd) {
+        attention_rowwise_kernel<T, decltype(hd)::value><<<(rows * 32 + threads - 1) / threads, threads, 0, stream>>>(p);
+        cudaCheckLaunch();
+    });
+}
+
+}  // namespace attn
+
+// Bytes of fp32 scores attention_naive needs: [n_q * nH, s_cap].
+inline size_t attention_naive_workspace_bytes(int n_q, int nH, int s_cap) {
+    return sizeof(float) * n_q * nH * s_cap;
+}
+
+// The readable oracle: three kernels over an fp32 score matrix `scores` (see above for size).
+template <typename T>
+void attention_naive(const AttnParams<T>& p, float* scores, cudaStream_t stream) {
+    attn::check_params(p, "attention_naive", true);
+    if (p.n_q <= 0) return;
+    const int rows = p.n_q * p.nH;
+    attn::naive_scores_kernel<T><<<dim3(rows, (p.s_cap + 127) / 128), 128, 0, stream>>>(p, scores);
+    cudaCheckLaunch();
+    attn::naive_softmax_kernel<T><<<rows, 256, 0, stream>>>(p, scores);
+    cudaCheckLaunch();
+    attn::naive_pv_kernel<T><<<rows, p.hd, 0, stream>>>(p, scores);
+    cudaCheckLaunch();
+}
+
+// Flash attention over n_q >= 1 new queries (any chunk of a prompt, appended at *pos0).
+template <typename T>
+void attention_prefill(const AttnParams<T>& p, cudaStream_t stream) {
+    attn::check_params(p, "attention_prefill", false);
+    if (p.n_q <= 0) return;
+    if constexpr (std::is_same_v<T, float>) {
+        attn::launch_rowwise(p, stream);
+    } else {
+        attn::dispatch_hd(p.hd, [&](auto hd) { attn::launch_prefill<T, decltype(hd)::value>(p, stream); });
+    }
+}
+
+// Workspace of attention_decode for up to max_n_q queries: per split, per (token, head) row,
+// hd fp32 partial outputs and one log-sum-exp.
+inline size_t attention_decode_workspace_bytes(int nH, int hd, int s_cap, int max_n_q = 1) {
+    const int max_splits = std::min(attn::kMaxSplits, (s_cap + attn::kDecodeBN - 1) / attn::kDecodeBN);
+    return sizeof(float) * max_splits * max_n_q * nH * (hd + 1);
+}
+
+// Flash-decoding for n_q * (nH / nKV) <= 16 query rows (one token: any GQA group up to 16).
+template <typename T>
+void attention_decode(const AttnParams<T>& p, void* workspace, cudaStream_t stream) {
+    attn::check_params(p, "attention_decode", false);
+    if (p.n_q <= 0) return;
+    if constexpr (std::is_same_v<T, float>) {
+        (void)workspace;
+        attn::launch_rowwise(p, stream);
+    } else {
+        if (p.n_q * (p.nH / p.nKV) > attn::kDecodeRows)
+            fail("attention_decode: n_q * nH / nKV = " + std::to_string(p.n_q * (p.nH / p.nKV)) +
+                 " query rows per KV head exceed 16; use attention_prefill");
+        attn::dispatch_hd(p.hd, [&](auto hd) {
+            constexpr int HD = decltype(hd)::value;
+            attn::launch_decode<T, HD>(p, workspace, attn::decode_split_count<T, HD>(p.s_cap, p.nKV), stream);
+        });
+    }
+}
+
+}  // namespace olmo
