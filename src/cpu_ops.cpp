@@ -68,8 +68,9 @@ void rope(float* x, int T, int n_heads, int hd, int pos0, const float* inv_freq,
 }
 
 void attention(float* out, const float* q, const float* kc, const float* vc, int T, int pos0,
-               int nH, int nKV, int hd, int window, float scale) {
+               int nH, int nKV, int hd, int window, float scale, const int* table, int block_size) {
     const int group = nH / nKV, kv_stride = nKV * hd;
+    auto row = [&](int j) -> int64_t { return table ? (int64_t)table[j / block_size] * block_size + j % block_size : j; };
     std::vector<float> p(pos0 + T);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nH; h++) {
@@ -79,7 +80,7 @@ void attention(float* out, const float* q, const float* kc, const float* vc, int
             const int kvh = h / group;
             float mx = -INFINITY;
             for (int j = j0; j <= i; j++) {                      // scores, scaled
-                const float* kv = kc + (int64_t)j * kv_stride + kvh * hd;
+                const float* kv = kc + row(j) * kv_stride + kvh * hd;
                 float s = 0.0f;
                 for (int d = 0; d < hd; d++) s += qv[d] * kv[d];
                 p[j] = s * scale;
@@ -90,7 +91,7 @@ void attention(float* out, const float* q, const float* kc, const float* vc, int
             float* o = out + ((int64_t)t * nH + h) * hd;
             for (int d = 0; d < hd; d++) o[d] = 0.0f;
             for (int j = j0; j <= i; j++) {                      // weighted sum of values
-                const float* vv = vc + (int64_t)j * kv_stride + kvh * hd;
+                const float* vv = vc + row(j) * kv_stride + kvh * hd;
                 const float w = p[j] / sum;
                 for (int d = 0; d < hd; d++) o[d] += w * vv[d];
             }

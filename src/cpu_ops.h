@@ -33,10 +33,13 @@ void clip(float* x, int64_t n, float c);
 void rope(float* x, int T, int n_heads, int hd, int pos0, const float* inv_freq, float attn_factor);
 
 // Causal attention for T new queries at positions pos0..pos0+T-1 over keys 0..pos0+T-1 held in
-// the cache. q, out [T, nH*hd]; kc, vc [>= pos0+T, nKV*hd]. Query head h reads KV head
+// the cache. q, out [T, nH*hd]; kc, vc [rows, nKV*hd]. Query head h reads KV head
 // h / (nH/nKV). window > 0: query i sees only keys j with i - window < j <= i.
+// The key of position j is in row j, or with a block table (paged cache, see kv_cache.h) in
+// row table[j / block_size] * block_size + j % block_size.
 void attention(float* out, const float* q, const float* kc, const float* vc, int T, int pos0,
-               int nH, int nKV, int hd, int window, float scale);
+               int nH, int nKV, int hd, int window, float scale, const int* table = nullptr,
+               int block_size = 0);
 
 // out[T, I] = silu(gate) * up, where gu [T, 2I] holds gate in columns 0..I-1, up in I..2I-1.
 void swiglu(float* out, const float* gu, int T, int I);
