@@ -9,6 +9,7 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
 ifeq ($(NO_CUDA),1)
 NVCC :=
+BUILD := build-cpu
 endif
 
 CXXFLAGS ?= -O2 -g

@@ -6,7 +6,12 @@
 //            effective bandwidth = K+V bytes / time. Four caches in rotation (each larger than
 //            the L2 for MHA; together 4x it for GQA), so the reads come from HBM. Timed both as
 //            launches from the host and as CUDA-graph replays (as the engine runs decode); also
-//            the split kernel alone and 2- / 4-stage K/V pipelines (the default is 3).
+//            the split kernel alone, 2- / 4-stage K/V pipelines (the default is 3) and the same
+//            cache read through a shuffled block table.
+//   batched decode  bf16, hd 128, 40/8 heads, one launch for all sequences of a step (graph
+//            replays): 16 x 2048 keys, and mixed lengths (one of 32768 keys with 15 of 512).
+// The cache is paged with blocks of 16 tokens; unless said otherwise the block table is the
+// identity (block i of sequence b is pool block b * blocks per sequence + i).
 // Each figure is the median of many launches timed with CUDA events after a warm-up, on
 // uniform random inputs (never zeros). A correctness line compares each kernel with the naive
 // one on the same inputs. Usage: bench_attention [results.txt] (key value lines, read by
@@ -14,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <vector>
 
 #include "attention.cuh"
@@ -38,6 +44,20 @@ bf16* device_random(size_t n, uint64_t seed, float scale = 1.0f) {
     fill_uniform<<<1024, 256>>>(p, n, seed, scale);
     cudaCheckLaunch();
     return p;
+}
+
+constexpr int kBlock = 16;  // tokens per KV block
+
+// A device block table of `rows` rows of `stride` entries: entry i of row b is block
+// b * stride + i, or (shuffled) a random permutation of all rows * stride blocks.
+int* device_table(int rows, int stride, bool shuffled) {
+    std::vector<int> t((size_t)rows * stride);
+    for (size_t i = 0; i < t.size(); i++) t[i] = (int)i;
+    if (shuffled) std::shuffle(t.begin(), t.end(), std::mt19937(1));
+    int* d;
+    cudaCheck(cudaMalloc(&d, t.size() * sizeof(int)));
+    cudaCheck(cudaMemcpy(d, t.data(), t.size() * sizeof(int), cudaMemcpyHostToDevice));
+    return d;
 }
 
 // Median time in ms of run(i) over `reps` launches, events recorded between launches so that
@@ -121,7 +141,8 @@ void bench_prefill(int S, Results& res) {
     cudaCheck(cudaMalloc(&ref, n * sizeof(bf16)));
     cudaCheck(cudaMalloc(&pos0, sizeof(int)));
     cudaCheck(cudaMemset(pos0, 0, sizeof(int)));
-    const AttnParams<bf16> p{q, k, v, out, S, pos0, nH, nH, hd, 0, 1.0f / std::sqrt((float)hd), S};
+    int* table = device_table(1, S / kBlock, false);
+    const AttnParams<bf16> p{q, k, v, out, S, pos0, nH, nH, hd, 0, 1.0f / std::sqrt((float)hd), S, table, S / kBlock, kBlock, 1};
     const double flops = 2.0 * S * (double)S * hd * nH;
     const int reps = S <= 4096 ? 50 : 12;
     const double ms64 = median_ms([&](int) { attention_prefill(p, 0); }, 3, reps);
@@ -135,7 +156,7 @@ void bench_prefill(int S, Results& res) {
     res.put(key, flops / ms64 / 1e9);
     if (S <= 4096) {  // the naive oracle needs S*S*heads fp32 scores
         float* ws;
-        cudaCheck(cudaMalloc(&ws, attention_naive_workspace_bytes(S, nH, S)));
+        cudaCheck(cudaMalloc(&ws, attention_naive_workspace_bytes(1, S, nH, S)));
         AttnParams<bf16> pn = p;
         pn.out = ref;
         attention_naive(pn, ws, 0);
@@ -147,7 +168,7 @@ void bench_prefill(int S, Results& res) {
         cudaCheck(cudaFree(ws));
     }
     for (bf16* b : {q, k, v, out, ref}) cudaCheck(cudaFree(b));
-    cudaCheck(cudaFree(pos0));
+    for (int* b : {pos0, table}) cudaCheck(cudaFree(b));
 }
 
 void bench_decode(int nH, int nKV, Results& res) {
@@ -168,16 +189,20 @@ void bench_decode(int nH, int nKV, Results& res) {
     cudaCheck(cudaMalloc(&pos0, sizeof(int)));
     const int last = ctx - 1;
     cudaCheck(cudaMemcpy(pos0, &last, sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMalloc(&ws, sizeof(float) * attn::kMaxSplits * nH * (hd + 1)));
-    cudaCheck(cudaMalloc(&naive_ws, attention_naive_workspace_bytes(1, nH, ctx)));
-    auto params = [&](int s) {
-        return AttnParams<bf16>{q[s], k[s], v[s], out, 1, pos0, nH, nKV, hd, 0, 1.0f / std::sqrt((float)hd), ctx};
+    cudaCheck(cudaMalloc(&ws, attention_decode_workspace_bytes(nH, hd, ctx, 1)));
+    cudaCheck(cudaMalloc(&naive_ws, attention_naive_workspace_bytes(1, 1, nH, ctx)));
+    int *table = device_table(1, ctx / kBlock, false), *shuffled = device_table(1, ctx / kBlock, true);
+    auto params = [&](int s, const int* t = nullptr) {
+        return AttnParams<bf16>{q[s],  k[s], v[s], out, 1, pos0, nH, nKV, hd, 0, 1.0f / std::sqrt((float)hd), ctx,
+                                t ? t : table, ctx / kBlock, kBlock, 1};
     };
     const double bytes = 2.0 * nkv * sizeof(bf16);
     const double ms = median_ms([&](int i) { attention_decode(params(i % sets), ws, 0); }, 20, 400);
     const double ms_graph = graph_ms([&](int i, cudaStream_t st) { attention_decode(params(i % sets), ws, st); }, 20, 30);
-    const int count = attn::decode_split_count<bf16, 128>(ctx, nKV);
-    const int count2 = attn::decode_split_count<bf16, 128, 2>(ctx, nKV), count4 = attn::decode_split_count<bf16, 128, 4>(ctx, nKV);
+    const double ms_shuffled =
+        graph_ms([&](int i, cudaStream_t st) { attention_decode(params(i % sets, shuffled), ws, st); }, 20, 30);
+    const int count = attn::decode_slot_count<bf16, 128>(ctx, nKV, 1);
+    const int count2 = attn::decode_slot_count<bf16, 128, 2>(ctx, nKV, 1), count4 = attn::decode_slot_count<bf16, 128, 4>(ctx, nKV, 1);
     const double ms2 = graph_ms([&](int i, cudaStream_t st) { attn::launch_decode<bf16, 128, 2>(params(i % sets), ws, count2, st); }, 20, 30);
     const double ms4 = graph_ms([&](int i, cudaStream_t st) { attn::launch_decode<bf16, 128, 4>(params(i % sets), ws, count4, st); }, 20, 30);
     // The split kernel alone (without the combine), to see where the time goes.
@@ -200,6 +225,7 @@ void bench_decode(int nH, int nKV, Results& res) {
     printf("  as a CUDA graph (20 calls per replay): %7.2f us %5.2f TB/s\n", ms_graph * 1e3, bytes / ms_graph / 1e9);
     printf("  graph, 2 stages (%d splits): %7.2f us %5.2f TB/s; 4 stages (%d splits): %7.2f us %5.2f TB/s\n", count2,
            ms2 * 1e3, bytes / ms2 / 1e9, count4, ms4 * 1e3, bytes / ms4 / 1e9);
+    printf("  graph, shuffled block table: %7.2f us %5.2f TB/s\n", ms_shuffled * 1e3, bytes / ms_shuffled / 1e9);
     char key[64];
     snprintf(key, sizeof key, "decode_%d_%d", nH, nKV);
     res.put(key, bytes / ms / 1e9);
@@ -207,7 +233,44 @@ void bench_decode(int nH, int nKV, Results& res) {
     res.put(key, bytes / ms_graph / 1e9);
     for (int s = 0; s < sets; s++)
         for (bf16* b : {q[s], k[s], v[s]}) cudaCheck(cudaFree(b));
-    for (void* b : {(void*)out, (void*)ref, (void*)pos0, ws, (void*)naive_ws}) cudaCheck(cudaFree(b));
+    for (void* b : {(void*)out, (void*)ref, (void*)pos0, ws, (void*)naive_ws, (void*)table, (void*)shuffled})
+        cudaCheck(cudaFree(b));
+}
+
+// One decode step of len.size() sequences (sequence b has len[b] keys) in one launch, timed as
+// graph replays; effective bandwidth over all K+V bytes read. Checked against the naive kernel.
+void bench_decode_batch(int nH, int nKV, const std::vector<int>& len, const char* what, Results& res) {
+    const int hd = 128, batch = (int)len.size(), s_cap = *std::max_element(len.begin(), len.end());
+    const int stride = s_cap / kBlock;
+    const size_t nq = (size_t)batch * nH * hd, pool = (size_t)batch * s_cap * nKV * hd;
+    bf16 *q = device_random(nq, 40), *k = device_random(pool, 41), *v = device_random(pool, 42), *out, *ref;
+    int *pos0, *table = device_table(batch, stride, false);
+    void* ws;
+    float* naive_ws;
+    std::vector<int> last(batch);
+    double keys = 0;
+    for (int b = 0; b < batch; b++) last[b] = len[b] - 1, keys += len[b];
+    cudaCheck(cudaMalloc(&out, nq * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&ref, nq * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&pos0, batch * sizeof(int)));
+    cudaCheck(cudaMemcpy(pos0, last.data(), batch * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&ws, attention_decode_workspace_bytes(nH, hd, s_cap, batch)));
+    cudaCheck(cudaMalloc(&naive_ws, attention_naive_workspace_bytes(batch, 1, nH, s_cap)));
+    const AttnParams<bf16> p{q, k, v, out, 1, pos0, nH, nKV, hd, 0, 1.0f / std::sqrt((float)hd), s_cap, table, stride, kBlock, batch};
+    const double bytes = 2.0 * keys * nKV * hd * sizeof(bf16);
+    const double ms = graph_ms([&](int, cudaStream_t st) { attention_decode(p, ws, st); }, 20, 30);
+    AttnParams<bf16> pn = p;
+    pn.out = ref;
+    attention_naive(pn, naive_ws, 0);
+    attention_decode(p, ws, 0);
+    printf("decode batch of %2d, %-28s %2d/%-2d heads: %7.2f us %5.2f TB/s (graph; %d slots per KV head)  rel-L2 vs naive %.2e\n",
+           batch, what, nH, nKV, ms * 1e3, bytes / ms / 1e9, attn::decode_slot_count<bf16, 128>(s_cap, nKV, batch),
+           rel_l2(out, ref, nq));
+    char key[64];
+    snprintf(key, sizeof key, "decode_batch_%d_%d_%d", batch, nH, nKV);
+    res.put(key, bytes / ms / 1e9);
+    for (void* b : {(void*)q, (void*)k, (void*)v, (void*)out, (void*)ref, (void*)pos0, (void*)table, ws, (void*)naive_ws})
+        cudaCheck(cudaFree(b));
 }
 
 }  // namespace
@@ -227,6 +290,10 @@ int main(int argc, char** argv) {
         bench_prefill(16384, res);
         bench_decode(32, 32, res);
         bench_decode(40, 8, res);
+        bench_decode_batch(40, 8, std::vector<int>(16, 2048), "2048 keys each", res);
+        std::vector<int> mixed(16, 512);
+        mixed[5] = 32768;
+        bench_decode_batch(40, 8, mixed, "1 x 32768 + 15 x 512 keys", res);
         if (res.f) fclose(res.f);
     } catch (const std::exception& e) {
         fprintf(stderr, "bench_attention: %s\n", e.what());

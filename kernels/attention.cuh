@@ -1,19 +1,24 @@
-// attention.cuh: causal (optionally sliding-window) attention of new queries over a KV cache.
+// attention.cuh: causal (optionally sliding-window) attention of new queries over a paged KV cache.
 // defines: AttnParams, attention_naive, attention_naive_workspace_bytes, attention_prefill,
 //          attention_decode, attention_decode_workspace_bytes
 //
-// Every kernel computes, for query token t (absolute position i = pos0 + t) and head h,
-//     out[t, h] = Σ_j softmax_j(scale · q[t, h] · k[j, h / g]) · v[j, h / g],   g = nH / nKV,
-// over the keys j it may see: j <= i, and j > i - window when window > 0. The cache holds
-// position p in row p. Softmax runs in fp32; 16-bit inputs are multiplied on tensor cores
-// with fp32 accumulation. olmo::cpu::attention (src/cpu_ops.h) is the reference.
+// Every kernel computes, for query token t of sequence b (absolute position i = pos0[b] + t)
+// and head h,
+//     out[b, t, h] = Σ_j softmax_j(scale · q[b, t, h] · k_b[j, h / g]) · v_b[j, h / g],   g = nH / nKV,
+// over the keys j it may see: j <= i, and j > i - window when window > 0. The cache is paged
+// (src/kv_cache.h): the K/V of position j of sequence b is in row
+//     block_table[b][j / block_size] * block_size + j % block_size
+// of the layer's K and V pools. Softmax runs in fp32; 16-bit inputs are multiplied on tensor
+// cores with fp32 accumulation. olmo::cpu::attention (src/cpu_ops.h) is the reference.
 //
 // Three families, from the readable oracle to the fast paths:
 //   attention_naive    scores -> softmax -> P·V as three kernels over an fp32 score matrix.
 //   attention_prefill  flash attention (FlashAttention-2): tiles of 128 query rows stream the
 //                      cache in tiles of 64 keys with an online softmax, on mma.sync tensor cores.
-//   attention_decode   flash-decoding for a few query rows: the cache is cut into splits that
-//                      blocks process in parallel, then a second kernel merges the splits.
+//                      One sequence (batch 1), any chunk length, appended at any pos0.
+//   attention_decode   flash-decoding for a few query rows per sequence, all sequences of a step
+//                      in one launch: their keys are cut into splits that blocks process in
+//                      parallel (long sequences get more splits), then a second kernel merges them.
 // For T = float the prefill and decode entry points run a simple warp-per-row kernel instead
 // (tensor cores take 16-bit operands; fp32 serves as the exact reference path).
 #pragma once
@@ -34,18 +39,29 @@ namespace olmo {
 
 template <typename T>  // T = float, __half or __nv_bfloat16 (storage type)
 struct AttnParams {
-    const T* q;       // [n_q, nH*hd]    new queries, head h in columns h*hd .. h*hd+hd-1
-    const T* k;       // [s_cap, nKV*hd] this layer's K cache, position p in row p (RoPE applied)
-    const T* v;       // [s_cap, nKV*hd] V cache
-    T* out;           // [n_q, nH*hd]
-    int n_q;          // new query tokens (prefill chunk length; 1 for decode)
-    const int* pos0;  // DEVICE pointer: position of the first query; keys 0 .. pos0+n_q-1 are
-                      // valid (so a captured CUDA graph replays with a new position)
+    const T* q;       // [batch * n_q, nH*hd]  sequence b's queries in rows b*n_q .. b*n_q+n_q-1,
+                      //                       head h in columns h*hd .. h*hd+hd-1
+    const T* k;       // this layer's K pool [num_blocks * block_size, nKV*hd] (RoPE applied)
+    const T* v;       // V pool, same layout
+    T* out;           // like q
+    int n_q;          // query tokens per sequence (prefill chunk length; 1 for decode)
+    const int* pos0;  // DEVICE [batch]: position of sequence b's first query; its keys are
+                      // positions 0 .. pos0[b]+n_q-1 (read on the device, so a captured CUDA
+                      // graph replays with new positions)
     int nH, nKV, hd;  // hd in {64, 128}; nH % nKV == 0
     int window;       // 0 = full causal; W > 0: query at position i sees keys i-W+1 .. i
     float scale;      // usually hd^-0.5
-    int s_cap;        // cache capacity in rows (an upper bound on pos0 + n_q)
+    int s_cap;        // max positions per sequence (an upper bound on pos0[b] + n_q); sets the
+                      // number of decode splits, so it must not change between graph replays
+    const int* block_table;  // DEVICE [batch, table_stride]: position p of sequence b is in pool
+                      // row block_table[b*table_stride + p/block_size]*block_size + p%block_size.
+                      // Entries of blocks wholly out of every query's window (released: may be
+                      // -1) and entries past the last position are never used.
+    int table_stride; // >= s_cap / block_size, rounded up
+    int block_size;   // tokens per block: a power of two >= 8 (the engine uses 16)
+    int batch;        // sequences (decode); 1 for prefill
 };
+
 
 namespace attn {
 
@@ -152,21 +168,17 @@ struct SmemTile {
     }
 };
 
-// Starts the asynchronous copy of a ROWS x HD tile: thread i copies chunk i % (HD/8) of rows
+// The copy pattern of a ROWS x HD tile: thread i copies 16-byte chunk c = i % (HD/8) of rows
 // i / (HD/8) + k * STEP, STEP = THREADS / (HD/8) a multiple of 8, so all its destinations share
-// one swizzle and differ by immediate offsets. src(r) is the global address of row r or nullptr
-// for a row to zero-fill (`dummy` is any valid address for those copies).
-template <int ROWS, int THREADS, typename T, int HD, typename RowSrc>
-__device__ __forceinline__ void load_tile_async(SmemTile<HD> dst, RowSrc src, const T* dummy) {
+// one swizzle and differ by immediate offsets. Calls copy(row, c, shared address) for each.
+template <int ROWS, int THREADS, int HD, typename Copy>
+__device__ __forceinline__ void for_each_tile_chunk(SmemTile<HD> dst, Copy copy) {
     constexpr int CHUNKS = HD / 8, STEP = THREADS / CHUNKS;
     static_assert(STEP % 8 == 0 && ROWS % STEP == 0, "every thread copies whole rows' chunks alike");
     const int r0 = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
     const uint32_t s0 = dst.at(r0, c);
 #pragma unroll
-    for (int it = 0; it < ROWS / STEP; it++) {
-        const T* g = src(r0 + it * STEP);
-        cp_async_16(s0 + it * STEP * SmemTile<HD>::kRowBytes, g ? g + c * 8 : dummy, g != nullptr);
-    }
+    for (int it = 0; it < ROWS / STEP; it++) copy(r0 + it * STEP, c, s0 + it * STEP * SmemTile<HD>::kRowBytes);
 }
 
 // Rows of a query tile are (token, head) pairs. The g = nH/nKV query heads that share KV head
@@ -184,6 +196,35 @@ struct KeyRange {
 };
 __device__ __forceinline__ KeyRange visible_keys(int first_pos, int last_pos, int window) {
     return {window > 0 ? max(0, first_pos - window + 1) : 0, last_pos + 1};
+}
+
+// ------------------------------------------------------------------------------------------
+// The paged cache. Sequence b's table row maps position j to pool row
+//     table[j >> shift] << shift | (j & mask),   shift = log2(block_size), mask = block_size - 1.
+// A K/V tile of BN keys (key0 a multiple of BN) spans nb = max(1, BN / block_size) table
+// entries; lane i of every warp holds entry i of the tile (tile_blocks), read one tile ahead of
+// its use so that the table's latency hides behind the tile before, and the thread that copies
+// row r takes its block number from the lane holding r's entry (one shuffle).
+// Only keys in the range a block reads, [lo, hi), are ever looked up: the entries before lo may
+// be released (-1) and those past hi may lie past the sequence's blocks.
+// ------------------------------------------------------------------------------------------
+struct Pages {
+    const int* table;  // sequence b's row of the block table
+    int shift, mask;
+    __device__ int64_t row(int j) const { return (int64_t)table[j >> shift] << shift | (j & mask); }
+};
+template <typename T>
+__device__ __forceinline__ Pages pages_of(const AttnParams<T>& p, int b) {
+    return {p.block_table + (int64_t)b * p.table_stride, __ffs(p.block_size) - 1, p.block_size - 1};
+}
+
+// Lane's table entry for the tile of BN keys from key0, or -1 for lanes past the tile's blocks
+// or whose block starts at or past hi (not read: it may not exist).
+template <int BN>
+__device__ __forceinline__ int tile_blocks(const Pages& pg, int key0, int hi, int lane) {
+    const int first = key0 >> pg.shift;
+    const bool used = lane < max(1, BN >> pg.shift) && (first + lane) << pg.shift < hi;
+    return used ? __ldg(pg.table + first + lane) : -1;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -326,28 +367,33 @@ __device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (
     }
 }
 
-// Starts copying keys key0 .. key0+BN-1 of KV head kvh into a K and a V tile; rows at or past
-// key_end are zero-filled (the cache beyond the live length may hold anything, even NaN).
+// Starts copying keys key0 .. key0+BN-1 of KV head kvh into a K and a V tile; `blocks` holds
+// the tile's table entries (tile_blocks). Rows outside the keys [lo, hi) are zero-filled without
+// touching the pool: their blocks may be released or unwritten, and even a masked row must not
+// hold NaN (its probability 0 times NaN in P·V would be NaN). The K and V tiles share a layout,
+// so a row's V chunk lands at the K chunk's address plus (sv - sk).
 template <int BN, int THREADS, typename T, int HD>
 __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T>& p,
-                                                   int kvh, int key0, int key_end) {
-    const int64_t ld = (int64_t)p.nKV * HD;
-    const T* k0 = p.k + key0 * ld + kvh * HD;
-    const T* v0 = p.v + key0 * ld + kvh * HD;
-    auto row = [&](const T* base, int r) -> const T* { return key0 + r < key_end ? base + r * ld : nullptr; };
-    load_tile_async<BN, THREADS>(sk, [&](int r) { return row(k0, r); }, p.k);
-    load_tile_async<BN, THREADS>(sv, [&](int r) { return row(v0, r); }, p.k);
+                                                   const Pages& pg, int blocks, int kvh, int key0, int lo, int hi) {
+    const int ld = p.nKV * HD, in_block = key0 & pg.mask;  // in_block: key0's offset in its block
+    const uint32_t to_v = sv.base - sk.base;
+    for_each_tile_chunk<BN, THREADS>(sk, [&](int r, int c, uint32_t s) {
+        const int key = key0 + r;
+        const int block = __shfl_sync(0xffffffffu, blocks, (in_block + r) >> pg.shift);
+        const bool valid = key >= lo && key < hi;
+        const int64_t off = valid ? (((int64_t)block << pg.shift | (key & pg.mask)) * ld + kvh * HD + c * 8) : 0;
+        cp_async_16(s, p.k + off, valid);
+        cp_async_16(s + to_v, p.v + off, valid);
+    });
 }
 
 // Starts copying the query rows of `map` into a tile; rows past map.rows are zero-filled.
 template <int ROWS, int THREADS, typename T, int HD>
 __device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnParams<T>& p, const RowMap& map) {
-    load_tile_async<ROWS, THREADS>(
-        sq,
-        [&](int r) -> const T* {
-            return r < map.rows ? p.q + (int64_t)map.token(r) * p.nH * HD + map.head(r) * HD : nullptr;
-        },
-        p.q);
+    for_each_tile_chunk<ROWS, THREADS>(sq, [&](int r, int c, uint32_t s) {
+        const bool valid = r < map.rows;
+        cp_async_16(s, valid ? p.q + (int64_t)map.token(r) * p.nH * HD + map.head(r) * HD + c * 8 : p.q, valid);
+    });
 }
 
 // ------------------------------------------------------------------------------------------
@@ -359,8 +405,9 @@ __device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnPar
 //   each 32 rows = 2 m-tiles, so every K/V fragment read from shared memory feeds 2 mma.
 //   The keys the block can see, [lo, last position], are walked in tiles of BN keys; the tiles
 //   before lo (sliding window) and after the diagonal (causal) are never loaded. K/V tiles are
-//   double-buffered: tile i+1 is copied with cp.async while tile i is computed. Only tiles that
-//   some row sees partially (the diagonal, the window's start) apply the element mask.
+//   double-buffered: tile i+1 is copied with cp.async while tile i is computed (and the table
+//   entries of tile i+2 are read). Only tiles that some row sees partially (the diagonal, the
+//   window's start) apply the element mask.
 //   Shared memory: Q 128 x hd + 2 stages x (K, V) BN x hd = 96 KB at hd 128, BN 64: 2 blocks
 //   per SM. Registers: o (32 x hd / 32 lanes = 128 fp32 at hd 128) + s (BN fp32): 255, with
 //   ~20 bytes spilled. BN = 32 (no spill) measured 10-15% slower.
@@ -379,8 +426,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
     const int g = p.nH / p.nKV, tokens = BM / g;
     const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens, t_end = min(p.n_q, t0 + tokens);
     const RowMap map{g, (int)blockIdx.x, t0, (t_end - t0) * g};
-    const int pos0 = *p.pos0, pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
+    const int pos0 = p.pos0[0], pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
     const KeyRange keys = visible_keys(pos_lo, pos_hi, p.window);
+    const Pages pg = pages_of(p, 0);
     const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
 
     auto row_pos = [&](int r) { return pos0 + map.token(warp * 32 + r); };  // position of the warp's row r
@@ -391,13 +439,17 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
 
     load_q_tile_async<BM, kPrefillThreads>(sq, p, map);
     cp_async_commit();
-    load_kv_tile_async<BN, kPrefillThreads>(k_stage(0), v_stage(0), p, map.kvh, tile_lo * BN, keys.hi);
+    int blocks = tile_blocks<BN>(pg, tile_lo * BN, keys.hi, lane);
+    load_kv_tile_async<BN, kPrefillThreads>(k_stage(0), v_stage(0), p, pg, blocks, map.kvh, tile_lo * BN, keys.lo, keys.hi);
     cp_async_commit();
+    blocks = tile_blocks<BN>(pg, (tile_lo + 1) * BN, keys.hi, lane);
     for (int tile = tile_lo; tile <= tile_hi; tile++) {
         const int stage = (tile - tile_lo) & 1, key0 = tile * BN;
         if (tile < tile_hi)
-            load_kv_tile_async<BN, kPrefillThreads>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, map.kvh, key0 + BN, keys.hi);
+            load_kv_tile_async<BN, kPrefillThreads>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, pg, blocks, map.kvh,
+                                                    key0 + BN, keys.lo, keys.hi);
         cp_async_commit();
+        blocks = tile_blocks<BN>(pg, key0 + 2 * BN, keys.hi, lane);
         cp_async_wait<1>();  // everything but the prefetch just issued has landed
         __syncthreads();
 
@@ -430,78 +482,123 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
 }
 
 // ------------------------------------------------------------------------------------------
-// Decode: flash-decoding for n_q*g <= 16 query rows (one token: the g heads of a KV group).
-//   Splits: grid (nKV, count), one wave of blocks (nKV * count <= SMs * blocks per SM). count
-//   depends on the model and the GPU only, so every step launches the same grid and a CUDA
-//   graph can replay it; at run time the live keys are cut into count pieces (whole 64-key
-//   tiles), and splits past the live length return at once. Each block reads its piece of one
-//   KV head once for all the group's query heads (the 16-row m-tile is the packed group).
-//   Inside a block, tiles of 64 keys stream through STAGES cp.async buffers (3: 100 KB of
-//   shared memory at hd 128, 2 blocks per SM; measured best of 2/3/4); warp w takes keys
-//   16w .. 16w+15 of each tile and keeps its own online-softmax state (m, l, o) over them.
-//   At the end the 4 warps' states merge through shared memory and the block writes, per row,
-//   o_s = o/l and lse_s = c·m + log2(l) (the log2-sum-exp of its scaled scores).
-// Combine: per (token, head) row, over the live splits s, with M = max_s lse_s:
+// Decode: flash-decoding for n_q*g <= 16 query rows per sequence (one token: the g heads of a
+// KV group), every sequence of a batch in one launch.
+//   Splits: grid (nKV, S). Each KV head has S split slots, a number fixed by (nKV, batch, s_cap)
+//   and the GPU, so every step launches the same grid and a CUDA graph can replay it:
+//   S = max(2·batch, resident blocks / nKV) (for one sequence: one wave of blocks). At run time
+//   the slots are dealt out in proportion to length (plan_slots): sequence b's visible keys
+//   cover T_b tiles of 64 keys; with chunk = ceil(ΣT / (S - batch + 1)) tiles it gets
+//   n_b = ceil(T_b / chunk) consecutive slots of `chunk` tiles each (its last one shorter).
+//   They always fit: Σ n_b < ΣT / chunk + batch <= S + 1. Slots past Σ n_b return at once.
+//   Each block reads its keys of one KV head once for all the group's query heads (the 16-row
+//   m-tile is the packed group). Inside a block, tiles of 64 keys stream through STAGES
+//   cp.async buffers (3: 100 KB of shared memory at hd 128, 2 blocks per SM; measured best of
+//   2/3/4); warp w takes keys 16w .. 16w+15 of each tile and keeps its own online-softmax state
+//   (m, l, o) over them. At the end the 4 warps' states merge through shared memory and the
+//   block writes, per row, o_s = o/l and lse_s = c·m + log2(l) (the log2-sum-exp of its
+//   scaled scores).
+// Combine: per (token, head) row, over its sequence's splits s, with M = max_s lse_s:
 //   out = Σ_s 2^(lse_s - M) · o_s / Σ_s 2^(lse_s - M),
 // computed in one pass with a running max (the online softmax again, over splits). It is
 // launched as a programmatic dependent of the split kernel: its blocks start while the split
 // kernel drains and wait (griddepcontrol.wait) until its writes are visible.
 // ------------------------------------------------------------------------------------------
-constexpr int kDecodeRows = 16, kDecodeBN = 64, kDecodeThreads = 128, kDecodeStages = 3, kMaxSplits = 256;
+constexpr int kDecodeRows = 16, kDecodeBN = 64, kDecodeThreads = 128, kDecodeStages = 3, kMaxSlots = 1024;
 
-// Split s covers keys [base + s*chunk, base + (s+1)*chunk) of the live range; n are non-empty.
-struct SplitPlan {
-    int base, chunk, n;
+// The keys sequence b's queries see, [lo, hi), and the 64-key tiles that hold them.
+struct SeqTiles {
+    int lo, hi, tile_lo, tiles;
 };
 template <typename T>
-__device__ __forceinline__ SplitPlan plan_splits(const AttnParams<T>& p, int count, KeyRange* live_out) {
-    const int pos0 = *p.pos0;
-    const KeyRange live = visible_keys(pos0, pos0 + p.n_q - 1, p.window);
-    const int base = live.lo / kDecodeBN * kDecodeBN, len = live.hi - base;
-    const int chunk = ((len + count - 1) / count + kDecodeBN - 1) / kDecodeBN * kDecodeBN;
-    if (live_out) *live_out = live;
-    return {base, chunk, (len + chunk - 1) / chunk};
+__device__ __forceinline__ SeqTiles seq_tiles(const AttnParams<T>& p, int b) {
+    const int pos0 = p.pos0[b];
+    const KeyRange k = visible_keys(pos0, pos0 + p.n_q - 1, p.window);
+    const int tile_lo = k.lo / kDecodeBN;
+    return {k.lo, k.hi, tile_lo, (k.hi - 1) / kDecodeBN - tile_lo + 1};
+}
+
+// Sequence b owns slots first .. first+n-1, each `chunk` tiles of its keys (b = -1: no one).
+struct SlotRun {
+    int b, first, n, chunk;
+};
+// The deal described above, run by a whole warp (lanes take 32 sequences at a time): returns
+// the run of sequence want_b, or with want_b < 0 the run that holds `slot`.
+template <typename T>
+__device__ SlotRun plan_slots(const AttnParams<T>& p, int slots, int want_b, int slot) {
+    const int lane = threadIdx.x % 32;
+    int total = 0;
+    for (int b = lane; b < p.batch; b += 32) total += seq_tiles(p, b).tiles;
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+    const int chunk = (total + slots - p.batch) / (slots - p.batch + 1);  // ceil(ΣT / (S - batch + 1))
+    int first = 0;  // slots taken by the sequences before this group of 32
+    for (int b0 = 0; b0 < p.batch; b0 += 32) {
+        const int b = b0 + lane, n = b < p.batch ? (seq_tiles(p, b).tiles + chunk - 1) / chunk : 0;
+        int end = n;  // inclusive prefix sum over the lanes: b's slots end at first + end
+        for (int o = 1; o < 32; o <<= 1) {
+            const int x = __shfl_up_sync(0xffffffffu, end, o);
+            if (lane >= o) end += x;
+        }
+        end += first;
+        const unsigned hit = __ballot_sync(0xffffffffu, n > 0 && (want_b >= 0 ? b == want_b : slot >= end - n && slot < end));
+        if (hit) {
+            const int src = __ffs(hit) - 1;
+            return {b0 + src, __shfl_sync(0xffffffffu, end - n, src), __shfl_sync(0xffffffffu, n, src), chunk};
+        }
+        first = __shfl_sync(0xffffffffu, end, 31);
+    }
+    return {-1, 0, 0, chunk};
 }
 
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
+// o_part [S][n_q*nH][HD] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
 template <typename T, int HD, int STAGES>
-__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int count,
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int slots,
                                                                           float* o_part, float* lse_part) {
     constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8, WARPS = kDecodeThreads / 32;
     extern __shared__ __align__(128) uint4 smem[];
     const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows 16 + 2s*BN
     auto k_stage = [&](int s) { return sq.rows_from(kDecodeRows + 2 * s * BN); };
     auto v_stage = [&](int s) { return sq.rows_from(kDecodeRows + (2 * s + 1) * BN); };
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, split = blockIdx.y;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slot = blockIdx.y;
     allow_dependent_launch();  // the combine kernel may start; it waits for our writes anyway
 
-    const int g = p.nH / p.nKV, pos0 = *p.pos0;
-    const RowMap map{g, (int)blockIdx.x, 0, p.n_q * g};
-    KeyRange live;
-    const SplitPlan plan = plan_splits(p, count, &live);
-    if (split >= plan.n) return;  // a split past the live length (same for the whole block)
-    const int lo = max(live.lo, plan.base + split * plan.chunk), hi = min(live.hi, plan.base + (split + 1) * plan.chunk);
-    const int tile_lo = lo / BN, tile_hi = (hi - 1) / BN;
+    const SlotRun run = plan_slots(p, slots, -1, slot);
+    if (run.b < 0) return;  // an idle slot (same for the whole block)
+    const SeqTiles seq = seq_tiles(p, run.b);
+    const int tile_lo = seq.tile_lo + (slot - run.first) * run.chunk;
+    const int tile_hi = min(tile_lo + run.chunk, seq.tile_lo + seq.tiles) - 1;
+    const int lo = max(seq.lo, tile_lo * BN), hi = min(seq.hi, (tile_hi + 1) * BN);
+    const int g = p.nH / p.nKV, pos0 = p.pos0[run.b];
+    const RowMap map{g, (int)blockIdx.x, run.b * p.n_q, p.n_q * g};
+    const Pages pg = pages_of(p, run.b);
 
-    auto row_pos = [&](int r) { return pos0 + map.token(r); };
+    auto row_pos = [&](int r) { return pos0 + r / g; };
     float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
     const float c = p.scale * kLog2e;
 
-    // Prologue: Q and the first STAGES-1 tiles in flight (one commit group each, maybe empty).
+    // Prologue: Q and the first STAGES-1 tiles in flight (one commit group each, maybe empty);
+    // `ahead` holds the table entries of the tile after them.
     load_q_tile_async<kDecodeRows, kDecodeThreads>(sq, p, map);
+    int blocks[STAGES];
+#pragma unroll
+    for (int i = 0; i < STAGES; i++) blocks[i] = tile_blocks<BN>(pg, (tile_lo + i) * BN, hi, lane);
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
-        if (tile_lo + i <= tile_hi) load_kv_tile_async<BN, kDecodeThreads>(k_stage(i), v_stage(i), p, map.kvh, (tile_lo + i) * BN, hi);
+        if (tile_lo + i <= tile_hi)
+            load_kv_tile_async<BN, kDecodeThreads>(k_stage(i), v_stage(i), p, pg, blocks[i], map.kvh, (tile_lo + i) * BN, lo, hi);
         cp_async_commit();
     }
+    int ahead = blocks[STAGES - 1];
     for (int tile = tile_lo; tile <= tile_hi; tile++) {
         const int stage = (tile - tile_lo) % STAGES, next = tile + STAGES - 1, key0 = tile * BN + warp * WN;
         if (next <= tile_hi)
             load_kv_tile_async<BN, kDecodeThreads>(k_stage((next - tile_lo) % STAGES), v_stage((next - tile_lo) % STAGES), p,
-                                                   map.kvh, next * BN, hi);
+                                                   pg, ahead, map.kvh, next * BN, lo, hi);
         cp_async_commit();
+        ahead = tile_blocks<BN>(pg, (next + 1) * BN, hi, lane);
         cp_async_wait<STAGES - 1>();  // tile `tile` (and Q) have landed
         __syncthreads();
 
@@ -537,7 +634,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
         }
     }
     __syncthreads();
-    const int rows_total = p.n_q * p.nH;
+    const int rows_slot = p.n_q * p.nH;
     for (int i = threadIdx.x; i < map.rows * HD; i += kDecodeThreads) {
         const int r = i / HD, d = i % HD;
         float mx = -INFINITY;
@@ -551,29 +648,31 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
             lsum += wt * sl[w * kDecodeRows + r];
             osum += wt * so[(w * kDecodeRows + r) * HD + d];
         }
-        const int64_t row = (int64_t)split * rows_total + map.token(r) * p.nH + map.head(r);
+        const int64_t row = (int64_t)slot * rows_slot + r / g * p.nH + map.head(r);
         o_part[row * HD + d] = lsum > 0.0f ? osum / lsum : 0.0f;
         if (d == 0) lse_part[row] = lsum > 0.0f ? mx * c + log2f(lsum) : -INFINITY;
     }
 }
 
 template <typename T, int HD>
-__global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams<T> p, int count, const float* o_part,
+__global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams<T> p, int slots, const float* o_part,
                                                                 const float* lse_part) {
     constexpr int COLS = HD / 4, GROUPS = 256 / COLS;  // float4 columns x groups of splits
     __shared__ float4 part[GROUPS][COLS];
     __shared__ float part_m[GROUPS], part_l[GROUPS];
-    const int row = blockIdx.x, rows_total = p.n_q * p.nH;  // row = token * nH + head
+    const int row = blockIdx.x, rows_slot = p.n_q * p.nH;  // row = (b * n_q + t) * nH + head
+    const int seq = row / rows_slot, local = row % rows_slot;
     const int col = threadIdx.x % COLS, grp = threadIdx.x / COLS;
+    // pos0 is written before the split kernel starts (stream order), so the plan needs no wait.
+    const SlotRun run = plan_slots(p, slots, seq, -1);
     grid_dependency_wait();
-    const SplitPlan plan = plan_splits(p, count, nullptr);
 
     // Each group merges splits grp, grp + GROUPS, ... with a running max m and sum l.
     float m = -INFINITY, l = 0.0f;
     float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
-    for (int s = grp; s < plan.n; s += GROUPS) {
-        const int64_t r = (int64_t)s * rows_total + row;
+    for (int s = grp; s < run.n; s += GROUPS) {
+        const int64_t r = (int64_t)(run.first + s) * rows_slot + local;
         const float x = lse_part[r];
         const float4 v = reinterpret_cast<const float4*>(o_part + r * HD)[col];
         const float m_new = fmaxf(m, x);
@@ -605,30 +704,31 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
 
 // ------------------------------------------------------------------------------------------
 // Warp-per-row kernel (the fp32 path of prefill and decode): one warp walks the visible keys
-// of one (token, head) row in order with the online softmax, lane i holding dims i, i+32, ...
+// of one (sequence, token, head) row in order with the online softmax, lane i holding dims
+// i, i+32, ...
 // ------------------------------------------------------------------------------------------
 template <typename T, int HD>
 __global__ void attention_rowwise_kernel(const AttnParams<T> p) {
     constexpr int E = HD / 32;
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-    if (row >= p.n_q * p.nH) return;
-    const int t = row / p.nH, h = row % p.nH, kvh = h / (p.nH / p.nKV), pos = *p.pos0 + t;
-    const int64_t ld = (int64_t)p.nKV * HD;
+    if (row >= p.batch * p.n_q * p.nH) return;
+    const int b = row / (p.n_q * p.nH), t = row / p.nH % p.n_q, h = row % p.nH, kvh = h / (p.nH / p.nKV);
+    const int pos = p.pos0[b] + t, ld = p.nKV * HD;
     const KeyRange keys = visible_keys(pos, pos, p.window);
+    const Pages pg = pages_of(p, b);
     float q[E], o[E] = {}, m = -INFINITY, l = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; e++) q[e] = to_float(p.q[(int64_t)row * HD + lane + 32 * e]);
     for (int j = keys.lo; j < keys.hi; j++) {
-        const T* kr = p.k + j * ld + kvh * HD;
-        const T* vr = p.v + j * ld + kvh * HD;
+        const int64_t at = pg.row(j) * ld + kvh * HD;
         float dot = 0.0f;
 #pragma unroll
-        for (int e = 0; e < E; e++) dot += q[e] * to_float(kr[lane + 32 * e]);
+        for (int e = 0; e < E; e++) dot += q[e] * to_float(p.k[at + lane + 32 * e]);
         const float s = warp_sum(dot) * p.scale, m_new = fmaxf(m, s);
         const float corr = expf(m - m_new), pj = expf(s - m_new);
         l = l * corr + pj;
 #pragma unroll
-        for (int e = 0; e < E; e++) o[e] = o[e] * corr + pj * to_float(vr[lane + 32 * e]);
+        for (int e = 0; e < E; e++) o[e] = o[e] * corr + pj * to_float(p.v[at + lane + 32 * e]);
         m = m_new;
     }
 #pragma unroll
@@ -636,18 +736,30 @@ __global__ void attention_rowwise_kernel(const AttnParams<T> p) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Naive: the oracle. scores[row = t*nH + h][j] (fp32, row stride s_cap) for j < pos0 + n_q,
-// -inf where masked; then an in-place softmax per row; then out = P·V, one thread per output.
+// Naive: the oracle. One score row per (sequence b, token t, head h), row = (b*n_q + t)*nH + h:
+// scores[row][j] (fp32, row stride s_cap) for j < pos0[b] + n_q, -inf where masked; then an
+// in-place softmax per row; then out = P·V over the visible keys, one thread per output.
 // ------------------------------------------------------------------------------------------
+template <typename T>
+struct NaiveRow {  // what a score row is about
+    int b, h, kvh, pos, n_keys;
+    KeyRange keys;  // the keys it sees
+    __device__ NaiveRow(const AttnParams<T>& p, int row) {
+        b = row / (p.n_q * p.nH), h = row % p.nH, kvh = h / (p.nH / p.nKV);
+        pos = p.pos0[b] + row / p.nH % p.n_q, n_keys = p.pos0[b] + p.n_q;
+        keys = visible_keys(pos, pos, p.window);
+    }
+};
+
 template <typename T>
 __global__ void naive_scores_kernel(const AttnParams<T> p, float* scores) {
     const int row = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
-    const int t = row / p.nH, h = row % p.nH, kvh = h / (p.nH / p.nKV), pos = *p.pos0 + t;
-    if (j >= *p.pos0 + p.n_q) return;
+    const NaiveRow<T> r(p, row);
+    if (j >= r.n_keys) return;
     float s = -INFINITY;
-    if (j <= pos && (p.window == 0 || j > pos - p.window)) {
+    if (j >= r.keys.lo && j < r.keys.hi) {
         const T* qr = p.q + (int64_t)row * p.hd;
-        const T* kr = p.k + (int64_t)j * p.nKV * p.hd + kvh * p.hd;
+        const T* kr = p.k + pages_of(p, r.b).row(j) * p.nKV * p.hd + r.kvh * p.hd;
         float dot = 0.0f;
         for (int d = 0; d < p.hd; d++) dot += to_float(qr[d]) * to_float(kr[d]);
         s = dot * p.scale;
@@ -659,7 +771,7 @@ template <typename T>
 __global__ void naive_softmax_kernel(const AttnParams<T> p, float* scores) {
     __shared__ float red[32];
     float* x = scores + (int64_t)blockIdx.x * p.s_cap;
-    const int n = *p.pos0 + p.n_q, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int n = NaiveRow<T>(p, blockIdx.x).n_keys, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     auto block_reduce = [&](float v, bool is_max) {  // over all threads of the block
         v = is_max ? warp_max(v) : warp_sum(v);
         if (lane == 0) red[warp] = v;
@@ -681,11 +793,11 @@ __global__ void naive_softmax_kernel(const AttnParams<T> p, float* scores) {
 template <typename T>
 __global__ void naive_pv_kernel(const AttnParams<T> p, const float* probs) {
     const int row = blockIdx.x, d = threadIdx.x;
-    const int h = row % p.nH, kvh = h / (p.nH / p.nKV), n = *p.pos0 + p.n_q;
+    const NaiveRow<T> r(p, row);
+    const Pages pg = pages_of(p, r.b);
     const float* pr = probs + (int64_t)row * p.s_cap;
-    const T* vc = p.v + kvh * p.hd + d;
     float acc = 0.0f;
-    for (int j = 0; j < n; j++) acc += pr[j] * to_float(vc[(int64_t)j * p.nKV * p.hd]);
+    for (int j = r.keys.lo; j < r.keys.hi; j++) acc += pr[j] * to_float(p.v[pg.row(j) * p.nKV * p.hd + r.kvh * p.hd + d]);
     p.out[(int64_t)row * p.hd + d] = from_float<T>(acc);
 }
 
@@ -694,11 +806,18 @@ __global__ void naive_pv_kernel(const AttnParams<T> p, const float* probs) {
 // ------------------------------------------------------------------------------------------
 template <typename T>
 void check_params(const AttnParams<T>& p, const char* who, bool any_hd) {
-    const std::string w = who;
-    if (p.nKV <= 0 || p.nH % p.nKV != 0) fail(w + ": nH (" + std::to_string(p.nH) + ") is not a multiple of nKV (" + std::to_string(p.nKV) + ")");
-    if (!any_hd && p.hd != 64 && p.hd != 128) fail(w + ": head_dim " + std::to_string(p.hd) + " is not supported (64 or 128)");
-    if (p.n_q > p.s_cap) fail(w + ": " + std::to_string(p.n_q) + " queries do not fit a cache of " + std::to_string(p.s_cap) + " rows");
-    if (p.window < 0) fail(w + ": negative window");
+    const std::string w = std::string(who) + ": ";
+    auto str = [](int x) { return std::to_string(x); };
+    if (p.nKV <= 0 || p.nH % p.nKV != 0) fail(w + "nH (" + str(p.nH) + ") is not a multiple of nKV (" + str(p.nKV) + ")");
+    if (!any_hd && p.hd != 64 && p.hd != 128) fail(w + "head_dim " + str(p.hd) + " is not supported (64 or 128)");
+    if (p.n_q > p.s_cap) fail(w + str(p.n_q) + " queries do not fit " + str(p.s_cap) + " positions (s_cap)");
+    if (p.window < 0) fail(w + "negative window");
+    if (p.batch < 1 || p.batch > 32767) fail(w + "batch " + str(p.batch) + " is not in 1 .. 32767");
+    if (p.block_size < 8 || (p.block_size & (p.block_size - 1)) != 0)
+        fail(w + "block_size " + str(p.block_size) + " is not a power of two >= 8");
+    if (p.block_table == nullptr) fail(w + "no block table");
+    if ((int64_t)p.table_stride * p.block_size < p.s_cap)
+        fail(w + "table_stride " + str(p.table_stride) + " blocks of " + str(p.block_size) + " do not cover s_cap = " + str(p.s_cap));
 }
 
 // Calls f(std::integral_constant<int, hd>) for hd in {64, 128} (checked by check_params).
@@ -734,47 +853,54 @@ constexpr int decode_smem_bytes() {
     return (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2;
 }
 
-// Splits for decode: one wave of blocks (nKV * count <= SMs * resident blocks per SM), at most
-// one per 64-key tile of the cache and kMaxSplits. Fixed by the model and the GPU.
+// The most split slots per KV head a decode of `batch` sequences of up to s_cap positions uses
+// (the workspace is sized for it): kMaxSlots or 2·batch, and never more than one per tile.
+inline int decode_max_slots(int s_cap, int batch) {
+    const int64_t tiles = (s_cap + kDecodeBN - 1) / kDecodeBN;
+    return (int)std::min<int64_t>(batch * tiles, std::max(2 * batch, kMaxSlots));
+}
+
+// Split slots per KV head (see the decode kernel): max(2·batch, resident blocks / nKV), within
+// decode_max_slots. Fixed by the model, the batch size, s_cap and the GPU.
 template <typename T, int HD, int STAGES = kDecodeStages>
-int decode_split_count(int s_cap, int nKV) {
+int decode_slot_count(int s_cap, int nKV, int batch) {
     constexpr auto kernel = attention_decode_kernel<T, HD, STAGES>;
     allow_smem<kernel>(decode_smem_bytes<HD, STAGES>());
-    static const int slots = [] {
+    static const int resident = [] {
         int dev = 0, sms = 0, per_sm = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kDecodeThreads, decode_smem_bytes<HD, STAGES>()));
         return sms * per_sm;
     }();
-    return std::max(1, std::min({slots / nKV, kMaxSplits, (s_cap + kDecodeBN - 1) / kDecodeBN}));
+    return std::min(decode_max_slots(s_cap, batch), std::max(2 * batch, resident / nKV));
 }
 
-// count: number of splits (decode_split_count; the workspace must hold that many).
+// slots: split slots per KV head (decode_slot_count; the workspace must hold that many).
 template <typename T, int HD, int STAGES = kDecodeStages>
-void launch_decode(const AttnParams<T>& p, void* workspace, int count, cudaStream_t stream) {
+void launch_decode(const AttnParams<T>& p, void* workspace, int slots, cudaStream_t stream) {
     float* o_part = static_cast<float*>(workspace);
-    float* lse_part = o_part + (size_t)count * p.n_q * p.nH * HD;
+    float* lse_part = o_part + (size_t)slots * p.n_q * p.nH * HD;
     attention_decode_kernel<T, HD, STAGES>
-        <<<dim3(p.nKV, count), kDecodeThreads, decode_smem_bytes<HD, STAGES>(), stream>>>(p, count, o_part, lse_part);
+        <<<dim3(p.nKV, slots), kDecodeThreads, decode_smem_bytes<HD, STAGES>(), stream>>>(p, slots, o_part, lse_part);
     cudaCheckLaunch();
     // The combine as a programmatic dependent launch (see griddepcontrol above).
     cudaLaunchAttribute pdl;
     pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     pdl.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(p.n_q * p.nH);
+    cfg.gridDim = dim3(p.batch * p.n_q * p.nH);
     cfg.blockDim = dim3(256);
     cfg.stream = stream;
     cfg.attrs = &pdl;
     cfg.numAttrs = 1;
-    cudaCheck(cudaLaunchKernelEx(&cfg, attention_combine_kernel<T, HD>, p, count, (const float*)o_part,
+    cudaCheck(cudaLaunchKernelEx(&cfg, attention_combine_kernel<T, HD>, p, slots, (const float*)o_part,
                                  (const float*)lse_part));
 }
 
 template <typename T>
 void launch_rowwise(const AttnParams<T>& p, cudaStream_t stream) {
-    const int rows = p.n_q * p.nH, threads = 128;
+    const int rows = p.batch * p.n_q * p.nH, threads = 128;
     dispatch_hd(p.hd, [&](auto hd) {
         attention_rowwise_kernel<T, decltype(hd)::value><<<(rows * 32 + threads - 1) / threads, threads, 0, stream>>>(p);
         cudaCheckLaunch();
@@ -783,17 +909,18 @@ void launch_rowwise(const AttnParams<T>& p, cudaStream_t stream) {
 
 }  // namespace attn
 
-// Bytes of fp32 scores attention_naive needs: [n_q * nH, s_cap].
-inline size_t attention_naive_workspace_bytes(int n_q, int nH, int s_cap) {
-    return sizeof(float) * n_q * nH * s_cap;
+// Bytes of fp32 scores attention_naive needs: [batch * n_q * nH, s_cap].
+inline size_t attention_naive_workspace_bytes(int batch, int n_q, int nH, int s_cap) {
+    return sizeof(float) * batch * n_q * nH * s_cap;
 }
 
 // The readable oracle: three kernels over an fp32 score matrix `scores` (see above for size).
+// Any batch; each sequence's n_q queries at its pos0.
 template <typename T>
 void attention_naive(const AttnParams<T>& p, float* scores, cudaStream_t stream) {
     attn::check_params(p, "attention_naive", true);
     if (p.n_q <= 0) return;
-    const int rows = p.n_q * p.nH;
+    const int rows = p.batch * p.n_q * p.nH;
     attn::naive_scores_kernel<T><<<dim3(rows, (p.s_cap + 127) / 128), 128, 0, stream>>>(p, scores);
     cudaCheckLaunch();
     attn::naive_softmax_kernel<T><<<rows, 256, 0, stream>>>(p, scores);
@@ -802,10 +929,12 @@ void attention_naive(const AttnParams<T>& p, float* scores, cudaStream_t stream)
     cudaCheckLaunch();
 }
 
-// Flash attention over n_q >= 1 new queries (any chunk of a prompt, appended at *pos0).
+// Flash attention over n_q >= 1 new queries of one sequence (any chunk of a prompt, appended
+// at pos0[0]).
 template <typename T>
 void attention_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     attn::check_params(p, "attention_prefill", false);
+    if (p.batch != 1) fail("attention_prefill: batch " + std::to_string(p.batch) + " (one sequence per call)");
     if (p.n_q <= 0) return;
     if constexpr (std::is_same_v<T, float>) {
         attn::launch_rowwise(p, stream);
@@ -814,14 +943,15 @@ void attention_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     }
 }
 
-// Workspace of attention_decode for up to max_n_q queries: per split, per (token, head) row,
-// hd fp32 partial outputs and one log-sum-exp.
-inline size_t attention_decode_workspace_bytes(int nH, int hd, int s_cap, int max_n_q = 1) {
-    const int max_splits = std::min(attn::kMaxSplits, (s_cap + attn::kDecodeBN - 1) / attn::kDecodeBN);
-    return sizeof(float) * max_splits * max_n_q * nH * (hd + 1);
+// Workspace of attention_decode for `batch` sequences of up to max_n_q queries each: per split
+// slot, per (token, head) row, hd fp32 partial outputs and one log-sum-exp.
+inline size_t attention_decode_workspace_bytes(int nH, int hd, int s_cap, int batch, int max_n_q = 1) {
+    return sizeof(float) * attn::decode_max_slots(s_cap, batch) * max_n_q * nH * (hd + 1);
 }
 
-// Flash-decoding for n_q * (nH / nKV) <= 16 query rows (one token: any GQA group up to 16).
+// Flash-decoding for n_q * (nH / nKV) <= 16 query rows per sequence and KV head (one token: any
+// GQA group up to 16), for all `batch` sequences in one launch. The launch shape depends on
+// (nH, nKV, hd, n_q, batch, s_cap) only: a captured graph replays with new pos0 and tables.
 template <typename T>
 void attention_decode(const AttnParams<T>& p, void* workspace, cudaStream_t stream) {
     attn::check_params(p, "attention_decode", false);
@@ -835,7 +965,7 @@ void attention_decode(const AttnParams<T>& p, void* workspace, cudaStream_t stre
                  " query rows per KV head exceed 16; use attention_prefill");
         attn::dispatch_hd(p.hd, [&](auto hd) {
             constexpr int HD = decltype(hd)::value;
-            attn::launch_decode<T, HD>(p, workspace, attn::decode_split_count<T, HD>(p.s_cap, p.nKV), stream);
+            attn::launch_decode<T, HD>(p, workspace, attn::decode_slot_count<T, HD>(p.s_cap, p.nKV, p.batch), stream);
         });
     }
 }

@@ -3,17 +3,19 @@
 // defines: RopeParams, rope_qkv
 //
 // Input: the fused projection qkv [rows, (nH + 2 nKV) * hd], each row = nH query heads, then
-// nKV key heads, then nKV value heads. Token r sits at position pos = *pos0 + r. Per head
+// nKV key heads, then nKV value heads. Token r sits at position pos[r]. Per head
 // vector x (hd elements) and d < hd/2, "rotate_half" RoPE pairs element d with d + hd/2:
 //     angle = pos * inv_freq[d]                      (fp32, as transformers)
 //     c = cos(angle) * attn_factor,  s = sin(angle) * attn_factor   (attn_factor: YaRN, else 1)
 //     x'[d]        = x[d] * c - x[d + hd/2] * s
 //     x'[d + hd/2] = x[d + hd/2] * c + x[d] * s
-// Queries go to q_out [rows, nH*hd]; rotated keys to row pos of k_cache; values are copied to
-// row pos of v_cache (caches [S_cap, nKV*hd]). One thread per (row, head, d) pair.
+// Queries go to q_out [rows, nH*hd]; rotated keys to row cache_row[r] of the layer's K pool and
+// values to the same row of the V pool (pools [blocks * block_size, nKV*hd]; the engine maps each
+// token's position to its row through the sequence's block table, kv_cache.h). One thread per
+// (row, head, d) pair.
 // cos/sin use the precise sincosf (not __sinf), so fp32 results match the CPU to ~1e-6 even at
-// positions ~64k, where the angle is tens of thousands of radians. pos0 is read on the device
-// so that a CUDA graph captured once replays decode steps at new positions.
+// positions ~64k, where the angle is tens of thousands of radians. Positions and rows are read
+// on the device so that a CUDA graph captured once replays decode steps at new positions.
 #pragma once
 #include "cuda_common.cuh"
 
@@ -22,10 +24,11 @@ namespace olmo {
 template <typename T> struct RopeParams {
     const T* qkv;            // [rows, (nH + 2*nKV) * hd]
     T* q_out;                // [rows, nH * hd]
-    T* k_cache;              // [S_cap, nKV * hd]  row pos receives the rotated keys
-    T* v_cache;              // [S_cap, nKV * hd]  row pos receives the values
+    T* k_cache;              // K pool [pool rows, nKV * hd]: row cache_row[r] receives token r's keys
+    T* v_cache;              // V pool, same layout: its values
     int rows;
-    const int* pos0;         // device: position of row 0
+    const int* pos;          // device [rows]: position of each token
+    const int* cache_row;    // device [rows]: pool row of each token's K/V
     int n_heads, n_kv_heads, head_dim;
     const float* inv_freq;   // device [head_dim / 2]
     float attn_factor;       // multiplies cos and sin (YaRN attention factor; 1 otherwise)
@@ -36,13 +39,13 @@ template <typename T> __global__ void rope_qkv_kernel(RopeParams<T> p) {
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (t >= (int64_t)p.rows * heads * half) return;
     const int d = t % half, head = t / half % heads, r = t / half / heads;
-    const int64_t pos = *p.pos0 + r, kv_width = (int64_t)p.n_kv_heads * p.head_dim;
+    const int64_t pos = p.pos[r], row = p.cache_row[r], kv_width = (int64_t)p.n_kv_heads * p.head_dim;
     const T* x = p.qkv + ((int64_t)r * heads + head) * p.head_dim;
     T* dst;
     if (head < p.n_heads) dst = p.q_out + ((int64_t)r * p.n_heads + head) * p.head_dim;
-    else if (head < p.n_heads + p.n_kv_heads) dst = p.k_cache + pos * kv_width + (head - p.n_heads) * p.head_dim;
+    else if (head < p.n_heads + p.n_kv_heads) dst = p.k_cache + row * kv_width + (head - p.n_heads) * p.head_dim;
     else {  // a value head: copied, not rotated
-        T* v = p.v_cache + pos * kv_width + (head - p.n_heads - p.n_kv_heads) * p.head_dim;
+        T* v = p.v_cache + row * kv_width + (head - p.n_heads - p.n_kv_heads) * p.head_dim;
         v[d] = x[d];
         v[d + half] = x[d + half];
         return;

@@ -11,12 +11,12 @@
 // argmax: the largest key, by a block-wide max reduction.
 //
 // sample: transformers' warpers in their order (temperature, top-k, top-p), then a draw.
-//  1. m = max logit / temperature. A candidate's unnormalized probability exp(logit/temp - m),
-//     in (0, 1], is held as the fixed-point integer w = round(exp(...) * 2^40): sums of w are
-//     exact in any order (results cannot depend on thread timing) and cannot overflow for
-//     V < 2^18 (see Histogram). Candidates with exp(...) < 2^-41 get w = 0 and are never drawn.
-//  2. Each step selects from the top: the largest threshold t such that the candidates with
-//     key >= t number (or weigh) at least a target.
+//  1. m = max logit / temperature. A candidate's depth is d = m - logit / temperature >= 0 and
+//     its unnormalized probability exp(-d) is held as the fixed-point integer
+//     w = round(exp(-d) * 2^40): sums of w are exact in any order, so results cannot depend on
+//     thread timing. Candidates deeper than 28 (exp(-28) < 2^-40) get w = 0 and are never drawn.
+//  2. Each step selects from the top: the candidate at which the running total over the
+//     candidates in rank order first reaches a target.
 //        top-k: by count, target k: keeps exactly k candidates.
 //        top-p: by weight, target ceil(top_p * W), W the weight kept so far: the smallest set of
 //               most likely candidates whose probability reaches top_p.
@@ -24,22 +24,28 @@
 //               random number of (seed, step): inverse-CDF sampling that walks the candidates
 //               from the most likely one, as sample_cpu does with the same u, so the two pick
 //               the same token unless rounding moves a boundary.
-//  3. Long lists (more than 1024 candidates): radix select over the key's digits, most
-//     significant first: 3 digits (11, 11, 10 bits) of the logit key, then 3 of the id, only
-//     when several candidates share that logit. One pass over the logits builds a 2048-bin
-//     histogram (count and weight) of the candidates whose key matches the digits fixed so
-//     far; a scan from the top bin finds the bin where the running total reaches the target;
-//     its digit is fixed and the next pass looks inside that bin only. Lanes of a warp that hit
-//     the same bin combine first (__match_any_sync, __reduce_*_sync): one shared atomic per bin
-//     per warp.
-//  4. Short lists (<= 1024 candidates, e.g. after top-k): one pass gathers them into shared
-//     memory, a bitonic sort orders them by key, and prefix sums over the sorted weights apply
-//     top-p and find the drawn token directly.
-// One block of 1024 threads, one launch, no workspace. Each pass gives every thread 8
-// consecutive logits, read with 16-byte loads; the logits stay in L2 between passes. *step is
-// read on the device, so a captured CUDA graph draws a fresh number on each replay once the
-// caller advances it. Logits must be finite.
+//  3. Bins by depth. One pass builds a histogram (count and weight) over 2048 bins: 2047 equal
+//     slices of depth between 0 and min(28, depth of the worst candidate), and a last bin for
+//     the candidates that weigh 0. The bin is a non-decreasing function of depth, so bins are
+//     runs of consecutive ranks, and its running totals (cumulated once) say in which bin each
+//     target falls. Bins split the logits by value, so a bin rarely holds more than a few
+//     hundred candidates.
+//  4. Windows. To resolve a target inside its bin, that bin and the bins above it, as many as
+//     fit 1024 candidates, are gathered, sorted by key (bitonic sort in shared memory) and
+//     summed: the window. A later target that falls in the same window (top-p and the draw
+//     after a small top-k) needs no new pass. A bin that alone holds more than 1024 candidates
+//     (exact ties, or thousands of nearly equal logits) is narrowed by radix select over the
+//     key's digits (11, 11, 10 bits of the logit key, then of the id) until the candidates
+//     that share the digits fixed so far fit.
+// The work is spread over a cluster of 8 blocks (sm_90 thread block cluster): each block copies
+// its slice of the logits into shared memory once, histograms are summed across the cluster
+// through distributed shared memory, and every block gathers the same window, so all blocks
+// make the same decisions without broadcasts. One launch, no workspace. *step is read on the
+// device, so a captured CUDA graph draws a fresh number on each replay once the caller advances
+// it. Logits must be finite.
 #pragma once
+#include <cooperative_groups.h>
+
 #include <cmath>
 
 #include "cuda_common.cuh"
@@ -54,15 +60,18 @@ struct SamplerParams {
 
 namespace sampling {
 
+namespace cg = cooperative_groups;
 using u64 = unsigned long long;
-constexpr int kThreads = 1024;  // one block; also the longest list sorted in shared memory
-constexpr int kItems = 8;       // logits per thread per step of a pass
-constexpr int kBins = 2048;     // 2^11, for the widest digit
+constexpr int kThreads = 1024;       // per block; also the most candidates a window holds
+constexpr int kCluster = 8;          // blocks of the cluster that samples
+constexpr int kBins = 2 * kThreads;  // histogram bins: two per thread when cumulating
+constexpr int kTail = kBins - 1;     // the depth bin of the candidates that weigh 0
+constexpr float kMaxDepth = 28.0f;   // deeper candidates weigh 0
+constexpr int kMaxVocab = 1 << 18;   // vocabularies must be smaller
+constexpr int kItems = 8;            // argmax: logits per thread per step
 
-// Digit d of the 64-bit rank key: d = 0, 1, 2 cut the logit half into 11, 11, 10 bits; d = 3,
-// 4, 5 the id half likewise.
-__device__ constexpr int digit_bits(int d) { return d % 3 == 2 ? 10 : 11; }
-__device__ constexpr int digit_shift(int d) { return (d < 3 ? 32 : 0) + (d % 3 == 0 ? 21 : d % 3 == 1 ? 10 : 0); }
+// Logits per block: V split over the cluster, a multiple of 8 so each slice stays 16-byte aligned.
+__host__ __device__ constexpr int slice_size(int V) { return ((V + kCluster - 1) / kCluster + 7) / 8 * 8; }
 
 // float -> uint32 with a < b  <=>  key(a) < key(b): negative floats have all bits flipped,
 // positive ones their sign bit set. Adding +0 first turns -0 into +0, so the two zeros tie.
@@ -72,6 +81,15 @@ __device__ inline uint32_t order_key(float f) {
 }
 __device__ inline u64 rank_key(float logit, int i) { return (u64)order_key(logit) << 32 | (uint32_t)~i; }
 __device__ inline int rank_id(u64 key) { return (int)~(uint32_t)key; }
+__device__ inline float rank_logit(u64 key) {  // the inverse of order_key
+    const uint32_t k = (uint32_t)(key >> 32);
+    return __uint_as_float((k & 0x80000000u) ? k & 0x7fffffffu : ~k);
+}
+
+// Radix digit d of the 64-bit rank key: d = 0, 1, 2 cut the logit half into 11, 11, 10 bits;
+// d = 3, 4, 5 the id half likewise.
+__device__ constexpr int digit_bits(int d) { return d % 3 == 2 ? 10 : 11; }
+__device__ constexpr int digit_shift(int d) { return (d < 3 ? 32 : 0) + (d % 3 == 0 ? 21 : d % 3 == 1 ? 10 : 0); }
 
 // The uniform number of draw `step`: splitmix64 of (seed, step), exactly sample_cpu's
 // uniform(); its top 53 bits u53 give u = u53 / 2^53, returned here as u * 2^64.
@@ -83,33 +101,44 @@ __device__ inline u64 uniform_u64(u64 seed, u64 step) {
     return z >> 11 << 11;
 }
 
-template <typename T> struct Scores {
-    const T* logits;
-    int V;
+struct MinOp {
+    template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; }
+};
+
+// A candidate's depth bin and weight (step 1 and 3 of the header).
+struct Scores {
     float temperature;
     float max_score;  // max logit / temperature
+    float bin_scale;  // depth bins per unit of depth
+    __device__ float depth(float logit) const { return max_score - logit / temperature; }
+    __device__ int bin(float logit) const {
+        const float d = depth(logit);
+        return d >= kMaxDepth ? kTail : (int)fminf(d * bin_scale, kTail - 1);
+    }
     // round(exp(logit / temperature - max_score) * 2^40), as sample_cpu computes p (in double)
     __device__ u64 weight(float logit) const {
-        return __float2ull_rn(expf(logit / temperature - max_score) * 0x1p40f);
+        const float d = depth(logit);
+        return d >= kMaxDepth ? 0 : __float2ull_rn(expf(-d) * 0x1p40f);
     }
 };
 
-// Calls f(i, logit_i) for every i < V, and f(-1, 0) for slots past the end, so that all lanes
-// of a warp make the same calls (f may use warp-wide intrinsics). In each step a thread takes
-// kItems consecutive logits, read as Packs of N.
-template <int N, typename T, typename F> __device__ void for_each_logit(const T* logits, int V, F f) {
-    for (int base = 0; base < V; base += blockDim.x * kItems) {
-        const int first = base + threadIdx.x * kItems;
-        float x[kItems];
-        if (first + kItems <= V) {
-            for (int k = 0; k < kItems / N; k++) {
-                const Pack<T, N> p = reinterpret_cast<const Pack<T, N>*>(logits + first)[k];
-                for (int j = 0; j < N; j++) x[k * N + j] = to_float(p.v[j]);
-            }
-        } else {
-            for (int j = 0; j < kItems; j++) x[j] = first + j < V ? to_float(logits[first + j]) : 0.0f;
-        }
-        for (int j = 0; j < kItems; j++) f(first + j < V ? first + j : -1, x[j]);
+// Count and weight per bin; after Cluster::build_histogram, running totals through each bin.
+struct Histogram {
+    unsigned count[kBins];
+    u64 weight[kBins];
+};
+
+// Adds a candidate of weight w <= 2^40 to bin `bin` (bin < 0: nothing). All 32 lanes call it;
+// lanes that share a bin combine first, and the lowest of them does the shared atomics.
+__device__ inline void warp_histogram_add(Histogram& h, int bin, u64 w) {
+    if (__all_sync(0xffffffffu, bin < 0)) return;
+    const unsigned peers = __match_any_sync(0xffffffffu, bin);
+    if (bin < 0) return;
+    const unsigned hi = __reduce_add_sync(peers, (unsigned)(w >> 20));  // 20-bit halves: 32 of
+    const unsigned lo = __reduce_add_sync(peers, (unsigned)w & 0xfffffu);  // them fit 32 bits
+    if ((int)(threadIdx.x % 32) == __ffs(peers) - 1) {
+        atomicAdd(&h.count[bin], (unsigned)__popc(peers));
+        atomicAdd(&h.weight[bin], ((u64)hi << 20) + lo);
     }
 }
 
@@ -128,179 +157,274 @@ __device__ inline u64 block_inclusive_scan(u64 v) {
     return v;
 }
 
-// Weights w <= 2^40 are summed as three 14-bit chunks, so every update is a native 32-bit
-// shared atomic (64-bit ones are compare-and-swap loops) and no chunk sum overflows for V < 2^18.
-struct Histogram {
-    unsigned weight_chunk[3][kBins];
-    unsigned count[kBins];
-    unsigned first_id[kBins];  // the lowest id in the bin (the only one when count is 1)
-    __device__ u64 weight(int b) const {
-        return ((u64)weight_chunk[2][b] << 28) + ((u64)weight_chunk[1][b] << 14) + weight_chunk[0][b];
+// The first i < n with cum[i] >= x (n if none), cum non-decreasing: a binary search that every
+// thread does alike. before(cum, i): the running total above entry i.
+template <typename C> __device__ int first_reaching(const C* cum, int n, u64 x) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (cum[mid] >= x) hi = mid;
+        else lo = mid + 1;
     }
-};
-
-// Adds candidate `id` (weight w, when by_weight) to bin `bin` (bin < 0: nothing). All 32 lanes
-// call it; lanes that share a bin combine, and the lowest of them does the atomics.
-__device__ inline void warp_histogram_add(Histogram& h, int bin, bool by_weight, u64 w, int id) {
-    if (__all_sync(0xffffffffu, bin < 0)) return;  // common once the first digits are fixed
-    const unsigned peers = __match_any_sync(0xffffffffu, bin);
-    if (bin < 0) return;
-    const bool leader = (int)(threadIdx.x % 32) == __ffs(peers) - 1;
-    if (by_weight)
-        for (int c = 0; c < 3; c++) {
-            const unsigned sum = __reduce_add_sync(peers, (unsigned)(w >> (14 * c)) & 0x3fffu);
-            if (leader) atomicAdd(&h.weight_chunk[c][bin], sum);
-        }
-    const unsigned first = __reduce_min_sync(peers, (unsigned)id);
-    if (leader) {
-        atomicAdd(&h.count[bin], (unsigned)__popc(peers));
-        atomicMin(&h.first_id[bin], first);
-    }
+    return lo;
 }
+template <typename C> __device__ u64 before(const C* cum, int i) { return i > 0 ? cum[i - 1] : 0; }
 
-struct Selection {
-    u64 key;     // threshold: the selected candidates have key >= key
-    int id;      // the candidate at the threshold (the last one selected)
-    u64 count;   // how many candidates are selected
-    u64 weight;  // their total weight (computed only when selecting by weight)
-};
-
-// Radix select among the candidates with key >= cut: the largest threshold t such that those
-// with key >= t number (by_weight false) or weigh at least target (<= their total).
-template <int N, typename T>
-__device__ Selection select_from_top(Histogram& hist, const Scores<T>& s, u64 cut, bool by_weight, u64 target) {
-    __shared__ Selection chosen;               // through the chosen bin
-    __shared__ u64 chosen_above[2], chosen_bin_count;
-    u64 prefix = 0, above_count = 0, above_weight = 0;  // the digits fixed so far; what ranks above them
-    for (int d = 0; d < 6; d++) {
-        const int shift = digit_shift(d), bits = digit_bits(d);
-        const u64 fixed = d == 0 ? 0 : ~0ull << (shift + bits);
-        for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
-            hist.weight_chunk[0][b] = hist.weight_chunk[1][b] = hist.weight_chunk[2][b] = 0;
-            hist.count[b] = 0, hist.first_id[b] = ~0u;
-        }
-        __syncthreads();
-        for_each_logit<N>(s.logits, s.V, [&](int i, float x) {
-            int bin = -1;
-            u64 w = 0;
-            if (i >= 0) {
-                const u64 key = rank_key(x, i);
-                if (key >= cut && (key & fixed) == prefix) {
-                    bin = (int)(key >> shift) & ((1 << bits) - 1);
-                    w = by_weight ? s.weight(x) : 0;
-                }
+// Bitonic sort of list[0, n), n <= kThreads, descending; the slots up to the next power of two
+// are padded with 0, below every key.
+__device__ inline void sort_descending(u64* list, int n) {
+    int size = 1;
+    while (size < n) size *= 2;
+    const int j = threadIdx.x;
+    if (j >= n && j < size) list[j] = 0;
+    for (int run = 2; run <= size; run *= 2)
+        for (int stride = run / 2; stride > 0; stride /= 2) {
+            __syncthreads();
+            const int partner = j ^ stride;
+            const bool descending = (j & run) == 0;
+            if (j < size && partner > j && (list[j] < list[partner]) == descending) {
+                const u64 t = list[j];
+                list[j] = list[partner], list[partner] = t;
             }
-            warp_histogram_add(hist, bin, by_weight, w, i);
-        });
-        __syncthreads();
-        // Thread j holds bins hi = 2047-2j and lo = hi-1: scans run from the top bin down.
-        const int hi = kBins - 1 - 2 * (int)threadIdx.x, lo = hi - 1;
-        const u64 count_upto = above_count + block_inclusive_scan((u64)hist.count[hi] + hist.count[lo]);
-        const u64 weight_upto = above_weight + block_inclusive_scan(hist.weight(hi) + hist.weight(lo));
-        const u64 upto = by_weight ? weight_upto : count_upto;  // through bin lo
-        const u64 h_hi = by_weight ? hist.weight(hi) : hist.count[hi];
-        const u64 h_lo = by_weight ? hist.weight(lo) : hist.count[lo];
-        const u64 before = upto - h_hi - h_lo;                  // above bin hi
-        const int b = before < target && target <= before + h_hi ? hi
-                      : before + h_hi < target && target <= upto ? lo : -1;
-        if (b >= 0) {
-            const u64 count_above = count_upto - hist.count[lo] - (b == hi ? hist.count[hi] : 0);
-            const u64 weight_above = weight_upto - hist.weight(lo) - (b == hi ? hist.weight(hi) : 0);
-            chosen = {prefix | (u64)b << shift, (int)hist.first_id[b], count_above + hist.count[b],
-                      weight_above + hist.weight(b)};
-            chosen_above[0] = count_above, chosen_above[1] = weight_above, chosen_bin_count = hist.count[b];
         }
-        __syncthreads();
-        prefix = chosen.key, above_count = chosen_above[0], above_weight = chosen_above[1];
-        if (d == 2 && chosen_bin_count == 1) break;  // one candidate has this logit: its id is known
-    }
-    return chosen;
+    __syncthreads();
 }
 
-// Total weight of the candidates with key >= cut.
-template <int N, typename T> __device__ u64 kept_weight(const Scores<T>& s, u64 cut) {
-    u64 sum = 0;
-    for_each_logit<N>(s.logits, s.V, [&](int i, float x) {
-        if (i >= 0 && rank_key(x, i) >= cut) sum += s.weight(x);
-    });
-    return block_reduce(sum, SumOp{});
+// The candidates still in: those with key >= cut (cut only rises), how many and their weight.
+struct Kept {
+    u64 cut, count, weight;
+};
+
+// A run of candidates consecutive in rank order: depth bins lo..hi and, once `digits` radix
+// digits are fixed, keys whose bits from digit_shift(digits - 1) up equal `prefix`.
+struct Window {
+    int lo = 0, hi = -1, digits = 0;
+    u64 prefix = 0;
+    u64 above_count = 0, above_weight = 0;  // of the candidates ranked above the window
+    int n = 0;                              // gathered, in Shared::list
+    __device__ bool holds(int bin, u64 key) const {
+        const u64 fixed = digits == 0 ? 0 : ~0ull << digit_shift(digits - 1);
+        return lo <= bin && bin <= hi && (key & fixed) == prefix;
+    }
+};
+
+struct Shared {
+    Histogram depth;              // depth bins of the whole vocabulary
+    Histogram digit;              // radix digits inside one crowded depth bin
+    u64 list[kThreads];           // the window's candidates (keys), best first
+    u64 list_weight[kThreads];    // running totals of their weights
+    int filled;                   // candidates gathered into list so far
+    float extremes[2];            // this block's largest and smallest logit
+};
+// The block's slice of the logits (as float) follows Shared in dynamic shared memory.
+constexpr size_t kMaxSharedBytes = sizeof(Shared) + sizeof(float) * slice_size(kMaxVocab - 1);
+
+// One block's view of the cluster: its slice, the scores, the current window.
+struct Cluster {
+    cg::cluster_group group;
+    Shared& sh;
+    const float* slice;  // logits of ids first .. first + n - 1
+    int first, n;
+    Scores s;
+    Window window;
+
+    // Calls f(id, logit) for each of the block's candidates, and f(-1, 0) for the padding of the
+    // last round, so that all lanes of a warp make the same calls (f may use warp intrinsics).
+    template <typename F> __device__ void for_each(F f) const {
+        for (int base = 0; base < n; base += blockDim.x) {
+            const int j = base + threadIdx.x;
+            f(j < n ? first + j : -1, j < n ? slice[j] : 0.0f);
+        }
+    }
+
+    // h = the histogram over the whole cluster of the candidates that bin_of(id, logit) puts in
+    // a bin (>= 0), as running totals through each bin.
+    template <typename F> __device__ void build_histogram(Histogram& h, F bin_of) {
+        __syncthreads();  // h may still be read from the previous use
+        for (int b = threadIdx.x; b < kBins; b += blockDim.x) h.count[b] = 0, h.weight[b] = 0;
+        __syncthreads();
+        for_each([&](int i, float x) {
+            const int bin = i < 0 ? -1 : bin_of(i, x);
+            warp_histogram_add(h, bin, bin < 0 ? 0 : s.weight(x));
+        });
+        sum_over_cluster(h);
+        const int b = 2 * threadIdx.x;  // running totals, two bins per thread
+        const unsigned c1 = h.count[b + 1];
+        const u64 w1 = h.weight[b + 1];
+        const u64 count = block_inclusive_scan((u64)h.count[b] + c1), weight = block_inclusive_scan(h.weight[b] + w1);
+        h.count[b] = (unsigned)(count - c1), h.count[b + 1] = (unsigned)count;
+        h.weight[b] = weight - w1, h.weight[b + 1] = weight;
+        __syncthreads();
+    }
+
+    // Every block's h becomes the sum of all blocks' h, in place: block r adds up its share of
+    // the bins over the cluster and writes the sums back to every block (the shares are disjoint).
+    __device__ void sum_over_cluster(Histogram& h) {
+        group.sync();  // every block's h is complete
+        constexpr int share = kBins / kCluster;
+        const int first_bin = (int)group.block_rank() * share;
+        for (int b = first_bin + threadIdx.x; b < first_bin + share; b += blockDim.x) {
+            unsigned count = 0;
+            u64 weight = 0;
+            for (int r = 0; r < kCluster; r++) {
+                const Histogram* other = group.map_shared_rank(&h, r);
+                count += other->count[b], weight += other->weight[b];
+            }
+            for (int r = 0; r < kCluster; r++) {
+                Histogram* other = group.map_shared_rank(&h, r);
+                other->count[b] = count, other->weight[b] = weight;
+            }
+        }
+        group.sync();  // every block has the sums
+    }
+
+    // The window for a target that the current one does not cover: the depth bin where the
+    // running total reaches it, widened upwards as far as kThreads candidates allow. A bin that
+    // alone holds more is narrowed digit by digit (radix select within the bin).
+    __device__ Window window_for(u64 target, bool by_weight, const Kept& kept) {
+        const Histogram& h = sh.depth;
+        const int b = by_weight ? first_reaching(h.weight, kBins, target) : first_reaching(h.count, kBins, target);
+        const u64 through = min((u64)h.count[b], kept.count);  // candidates still in, down to bin b
+        const int lo = through <= (u64)kThreads ? 0 : first_reaching(h.count, kBins, through - kThreads) + 1;
+        if (lo <= b) return Window{lo, b, 0, 0, before(h.count, lo), before(h.weight, lo)};
+        return narrow(Window{b, b, 0, 0, before(h.count, b), before(h.weight, b)}, target, by_weight, kept);
+    }
+
+    // Narrows window w (one depth bin) digit by digit until the candidates that share the digits
+    // fixed so far and hold target fit kThreads: radix select within the bin. Rarely needed, so
+    // kept out of line.
+    __device__ __noinline__ Window narrow(Window w, u64 target, bool by_weight, const Kept& kept) {
+        while (true) {
+            const int shift = digit_shift(w.digits), mask = (1 << digit_bits(w.digits)) - 1;
+            build_histogram(sh.digit, [&](int i, float x) {
+                const u64 key = rank_key(x, i);
+                return key >= kept.cut && w.holds(s.bin(x), key) ? (int)(key >> shift) & mask : -1;
+            });
+            const Histogram& g = sh.digit;
+            const u64 rest = target - (by_weight ? w.above_weight : w.above_count);
+            const int d = by_weight ? first_reaching(g.weight, kBins, rest) : first_reaching(g.count, kBins, rest);
+            w.above_count += before(g.count, d), w.above_weight += before(g.weight, d);
+            w.prefix |= (u64)d << shift, w.digits++;
+            if (g.count[d] - before(g.count, d) <= (u64)kThreads) return w;
+        }
+    }
+
+    // Fills every block's list with w's candidates that are still in (key >= cut), sorted best
+    // first, and their running weights.
+    __device__ void gather(Window& w, u64 cut) {
+        if (threadIdx.x == 0) sh.filled = 0;
+        group.sync();  // every block is done with its old list and has reset its count
+        for_each([&](int i, float x) {
+            if (i < 0) return;
+            const u64 key = rank_key(x, i);
+            if (key < cut || !w.holds(s.bin(x), key)) return;
+            for (int r = 0; r < kCluster; r++) {
+                const int slot = atomicAdd(group.map_shared_rank(&sh.filled, r), 1);
+                group.map_shared_rank(sh.list, r)[slot] = key;
+            }
+        });
+        group.sync();  // every block has all of them
+        w.n = sh.filled;
+        sort_descending(sh.list, w.n);
+        const int j = threadIdx.x;
+        sh.list_weight[j] = block_inclusive_scan(j < w.n ? s.weight(rank_logit(sh.list[j])) : 0);
+        __syncthreads();
+    }
+
+    __device__ bool window_covers(u64 target, bool by_weight) const {
+        if (window.n == 0) return false;
+        const u64 above = by_weight ? window.above_weight : window.above_count;
+        return above < target && target <= above + (by_weight ? sh.list_weight[window.n - 1] : (u64)window.n);
+    }
+
+    // The candidates ranked down to the one where the running total (count or weight) of the
+    // candidates still in first reaches target (1 <= target <= kept's total).
+    __device__ Kept select(u64 target, bool by_weight, const Kept& kept) {
+        if (!window_covers(target, by_weight)) {
+            window = window_for(target, by_weight, kept);
+            gather(window, kept.cut);
+        }
+        const Window& w = window;
+        const int j = by_weight ? first_reaching(sh.list_weight, w.n, target - w.above_weight)
+                                : (int)(target - w.above_count - 1);
+        return {sh.list[j], w.above_count + j + 1, w.above_weight + sh.list_weight[j]};
+    }
+};
+
+// Copies logits[0, n) into slice as float (N per load) and returns their max and min.
+template <int N, typename T> __device__ void load_slice(float* slice, const T* logits, int n, float& hi, float& lo) {
+    hi = -INFINITY, lo = INFINITY;
+#pragma unroll 4
+    for (int j = threadIdx.x * N; j < n; j += blockDim.x * N) {
+        float x[N];
+        if (j + N <= n) {
+            const Pack<T, N> p = *reinterpret_cast<const Pack<T, N>*>(logits + j);
+            for (int k = 0; k < N; k++) x[k] = to_float(p.v[k]);
+        } else {
+            for (int k = 0; k < N; k++) x[k] = j + k < n ? to_float(logits[j + k]) : 0.0f;
+        }
+        for (int k = 0; k < N && j + k < n; k++) slice[j + k] = x[k], hi = fmaxf(hi, x[k]), lo = fminf(lo, x[k]);
+    }
 }
 
 __device__ inline u64 nucleus_target(float top_p, u64 total) {
     return max(1ull, min(total, (u64)ceil((double)top_p * (double)total)));
 }
 
-// The n <= kThreads candidates with key >= cut, sorted in shared memory (thread j holds the
-// j-th best); then top-p (if top_p < 1) and the draw with u by prefix sums. Returns the id.
-template <int N, typename T>
-__device__ int finish_sorted(u64* list, const Scores<T>& s, u64 cut, int n, float top_p, u64 u) {
-    __shared__ int filled, winner;
-    list[threadIdx.x] = 0;  // below every key: padding sorts last
-    if (threadIdx.x == 0) filled = 0;
-    __syncthreads();
-    for_each_logit<N>(s.logits, s.V, [&](int i, float x) {
-        if (i >= 0 && rank_key(x, i) >= cut) list[atomicAdd(&filled, 1)] = rank_key(x, i);
-    });
-    for (int size = 2; size <= kThreads; size *= 2)  // bitonic sort, descending
-        for (int stride = size / 2; stride > 0; stride /= 2) {
-            __syncthreads();
-            const int j = threadIdx.x, partner = j ^ stride;
-            const bool descending = (j & size) == 0;
-            if (partner > j && (list[j] < list[partner]) == descending) {
-                const u64 t = list[j];
-                list[j] = list[partner], list[partner] = t;
-            }
-        }
-    __syncthreads();
-    const int id = rank_id(list[threadIdx.x]);
-    u64 w = (int)threadIdx.x < n ? s.weight(to_float(s.logits[id])) : 0;
-    u64 upto = block_inclusive_scan(w);  // weight of the candidates ranked up to this one
-    if (top_p < 1.0f) {                  // drop those after the smallest set reaching top_p
-        if (upto - w >= nucleus_target(top_p, block_reduce(w, SumOp{}))) w = 0;
-        upto = block_inclusive_scan(w);
+template <typename T, int N>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
+sample_kernel(int* out_id, const T* logits, int V, SamplerParams p, u64 seed, const int* step) {
+    extern __shared__ __align__(16) unsigned char shared_bytes[];
+    Shared& sh = *reinterpret_cast<Shared*>(shared_bytes);
+    float* slice = reinterpret_cast<float*>(shared_bytes + sizeof(Shared));
+    const cg::cluster_group group = cg::this_cluster();
+    const int first = (int)group.block_rank() * slice_size(V), n = max(0, min(slice_size(V), V - first));
+
+    float hi, lo;
+    load_slice<N>(slice, logits + min(first, V), n, hi, lo);
+    hi = block_reduce(hi, MaxOp{}), lo = block_reduce(lo, MinOp{});
+    if (threadIdx.x == 0) sh.extremes[0] = hi, sh.extremes[1] = lo;
+    group.sync();
+    for (int r = 0; r < kCluster; r++) {
+        const float* other = group.map_shared_rank(sh.extremes, r);
+        hi = fmaxf(hi, other[0]), lo = fminf(lo, other[1]);
     }
-    const u64 r = __umul64hi(u, block_reduce(w, SumOp{}));  // floor(u * total)
-    if (w > 0 && upto - w <= r && r < upto) winner = id;
-    __syncthreads();
-    return winner;
+    const float max_score = hi / p.temperature, range = fminf(kMaxDepth, max_score - lo / p.temperature);
+    Cluster c{group, sh, slice, first, n, Scores{p.temperature, max_score, kTail / fmaxf(range, 1e-6f)}};
+    c.build_histogram(sh.depth, [&](int, float x) { return c.s.bin(x); });
+
+    Kept kept{0, (u64)V, sh.depth.weight[kBins - 1]};
+    // A k-th best in the tail bin weighs 0: top-k then keeps every candidate that can be drawn.
+    if (p.top_k > 0 && p.top_k < V && sh.depth.count[kTail - 1] >= (unsigned)p.top_k)
+        kept = c.select(p.top_k, false, kept);
+    if (p.top_p < 1.0f) kept = c.select(nucleus_target(p.top_p, kept.weight), true, kept);
+    const u64 u = uniform_u64(seed, (unsigned)*step);
+    const Kept drawn = c.select(__umul64hi(u, kept.weight) + 1, true, kept);  // target floor(u * W) + 1
+    if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = rank_id(drawn.cut);
 }
 
-template <typename T, int N>
-__global__ void __launch_bounds__(kThreads)
-sample_kernel(int* out_id, const T* logits, int V, SamplerParams p, u64 seed, const int* step) {
-    __shared__ union {  // the radix selects and the sorted list are never live at once
-        Histogram hist;
-        u64 list[kThreads];
-    } work;
-    float top = -INFINITY;
-    for_each_logit<N>(logits, V, [&](int i, float x) {
-        if (i >= 0) top = fmaxf(top, x);
-    });
-    const Scores<T> s{logits, V, p.temperature, block_reduce(top, MaxOp{}) / p.temperature};
-    const u64 u = uniform_u64(seed, (unsigned)*step);
-
-    u64 cut = 0, kept = V;  // the candidates with key >= cut are still in (cut only rises); how many
-    if (p.top_k > 0 && p.top_k < V) cut = select_from_top<N>(work.hist, s, 0, false, p.top_k).key, kept = p.top_k;
-    int id;
-    if (kept <= kThreads) {
-        id = finish_sorted<N>(work.list, s, cut, (int)kept, p.top_p, u);
-    } else {
-        u64 weight = kept_weight<N>(s, cut);
-        if (p.top_p < 1.0f) {
-            const Selection nucleus = select_from_top<N>(work.hist, s, cut, true, nucleus_target(p.top_p, weight));
-            cut = max(cut, nucleus.key), kept = nucleus.count, weight = nucleus.weight;
+// Calls f(i, logit_i) for every i < V, kItems consecutive logits per thread per step, read as
+// Packs of N.
+template <int N, typename T, typename F> __device__ void for_each_logit(const T* logits, int V, F f) {
+    for (int base = 0; base < V; base += blockDim.x * kItems) {
+        const int first = base + threadIdx.x * kItems;
+        float x[kItems];
+        if (first + kItems <= V) {
+            for (int k = 0; k < kItems / N; k++) {
+                const Pack<T, N> p = reinterpret_cast<const Pack<T, N>*>(logits + first)[k];
+                for (int j = 0; j < N; j++) x[k * N + j] = to_float(p.v[j]);
+            }
+        } else {
+            for (int j = 0; j < kItems; j++) x[j] = first + j < V ? to_float(logits[first + j]) : 0.0f;
         }
-        id = kept <= kThreads ? finish_sorted<N>(work.list, s, cut, (int)kept, 1.0f, u)
-                              : select_from_top<N>(work.hist, s, cut, true, __umul64hi(u, weight) + 1).id;
+        for (int j = 0; j < kItems; j++)
+            if (first + j < V) f(first + j, x[j]);
     }
-    if (threadIdx.x == 0) *out_id = id;
 }
 
 template <typename T, int N> __global__ void __launch_bounds__(kThreads) argmax_kernel(int* out_id, const T* logits, int V) {
     u64 best = 0;
-    for_each_logit<N>(logits, V, [&](int i, float x) {
-        if (i >= 0) best = max(best, rank_key(x, i));
-    });
+    for_each_logit<N>(logits, V, [&](int i, float x) { best = max(best, rank_key(x, i)); });
     best = block_reduce(best, MaxOp{});
     if (threadIdx.x == 0) *out_id = rank_id(best);
 }
@@ -320,15 +444,21 @@ template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStrea
 template <typename T>
 void sample(int* out_id, const T* logits, int V, const SamplerParams& p, uint64_t seed, const int* step,
             cudaStream_t stream) {
-    if (V < 1 || V >= (1 << 18)) fail("sample: vocabulary size " + std::to_string(V) + " outside [1, 2^18)");
+    using namespace sampling;
+    if (V < 1 || V >= kMaxVocab) fail("sample: vocabulary size " + std::to_string(V) + " outside [1, 2^18)");
     if (!(p.temperature > 0.0f) || !std::isfinite(p.temperature))
         fail("sample: temperature must be > 0, got " + std::to_string(p.temperature));
     if (p.top_k < 0) fail("sample: top_k must be >= 0, got " + std::to_string(p.top_k));
     if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("sample: top_p must be in (0, 1], got " + std::to_string(p.top_p));
-    if (aligned16(logits))
-        sampling::sample_kernel<T, kVec<T>><<<1, sampling::kThreads, 0, stream>>>(out_id, logits, V, p, seed, step);
-    else
-        sampling::sample_kernel<T, 1><<<1, sampling::kThreads, 0, stream>>>(out_id, logits, V, p, seed, step);
+    static const bool shared_memory_allowed = [] {  // once per T: more than the default 48 KiB
+        for (auto kernel : {sample_kernel<T, kVec<T>>, sample_kernel<T, 1>})
+            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kMaxSharedBytes));
+        return true;
+    }();
+    (void)shared_memory_allowed;
+    const size_t bytes = sizeof(Shared) + sizeof(float) * slice_size(V);
+    auto kernel = aligned16(logits) ? sample_kernel<T, kVec<T>> : sample_kernel<T, 1>;
+    kernel<<<kCluster, kThreads, bytes, stream>>>(out_id, logits, V, p, seed, step);
     cudaCheckLaunch();
 }
 

@@ -7,7 +7,7 @@
 //   per layer:  OLMo-1  xn = LN(x)          OLMo-2/3  xn = x
 //               qkv = xn · Wqkvᵀ    (q | k | v side by side)
 //               OLMo-1: clip(qkv)         OLMo-2/3: q = RMSNorm_q(q), k = RMSNorm_k(k) (full width)
-//               q, k = RoPE(q, k); k, v -> KV cache at positions pos0..pos0+T-1
+//               q, k = RoPE(q, k); k, v -> the sequence's KV cache rows (paged: kv_cache.h)
 //               att = attention(q, cache)   (causal, sliding window on sliding layers, GQA)
 //               o = att · Woᵀ
 //               OLMo-1: x = x + o           OLMo-2/3: x = x + RMSNorm_pa(o)
@@ -15,6 +15,7 @@
 //               m = (silu(xn·Wgᵀ) * xn·Wuᵀ) · Wdᵀ
 //               OLMo-1: x = x + m           OLMo-2/3: x = x + RMSNorm_pf(m)
 //   logits = final_norm(x) · W_lmᵀ          (only the positions asked for)
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -33,7 +34,8 @@ struct CpuLayer {
     std::vector<float> post_attn_norm, post_ff_norm;  // [H]          (OLMo-2/3)
     std::vector<float> wgu;              // [2I, H]  gate | up rows stacked
     std::vector<float> wdown;            // [H, I]
-    std::vector<float> k_cache, v_cache; // [max_seq, nKV*hd]
+    std::vector<float> k_pool, v_pool;   // [blocks * block_size, nKV*hd]  paged KV cache
+    int kind = 0;                        // KvCache::kFull or kSliding
     std::vector<float> inv_freq;         // [hd/2]
     float rope_scale = 1.0f;             // YaRN attention factor
     int window = 0;
@@ -51,8 +53,8 @@ std::vector<float> stack(const Checkpoint& ck, const std::vector<ParamSpec>& par
 
 class CpuEngine : public Engine {
 public:
-    CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq) : c_(c) {
-        max_seq_ = max_seq;
+    CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks) : c_(c) {
+        init_kv(c, max_seq, kv_blocks);
         const int64_t H = c.hidden, I = c.intermediate, Q = c.q_dim(), KV = c.kv_dim();
         embed_ = to_f32(ck.get("model.embed_tokens.weight", {c.vocab, H}));
         if (ck.has("lm_head.weight")) lm_head_ = to_f32(ck.get("lm_head.weight", {c.vocab, H}));
@@ -75,8 +77,10 @@ public:
             }
             L.wgu = stack(ck, {{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}});
             L.wdown = to_f32(ck.get(p + "mlp.down_proj.weight", {H, I}));
-            L.k_cache.assign((size_t)max_seq * KV, 0.0f);
-            L.v_cache.assign((size_t)max_seq * KV, 0.0f);
+            L.kind = c.layer_sliding[i] ? KvCache::kSliding : KvCache::kFull;
+            const size_t rows = (size_t)kv_->total_blocks(L.kind) * kv_->block_size();
+            L.k_pool.assign(rows * KV, 0.0f);
+            L.v_pool.assign(rows * KV, 0.0f);
             L.inv_freq = c.rope(i).inv_freq(c.head_dim);
             L.rope_scale = c.rope(i).attention_factor;
             L.window = c.window(i);
@@ -85,22 +89,57 @@ public:
 
     const ModelConfig& config() const override { return c_; }
 
-    size_t memory_bytes() const override {
-        size_t n = embed_.size() + lm_head_.size() + final_norm_.size();
-        for (const auto& L : layers_)
-            n += L.wqkv.size() + L.wo.size() + L.q_norm.size() + L.k_norm.size() + L.post_attn_norm.size() +
-                 L.post_ff_norm.size() + L.wgu.size() + L.wdown.size() + L.k_cache.size() + L.v_cache.size();
-        return n * sizeof(float);
+    MemoryUse memory() const override {
+        MemoryUse m;
+        size_t w = embed_.size() + lm_head_.size() + final_norm_.size(), kv = 0;
+        for (const auto& L : layers_) {
+            w += L.wqkv.size() + L.wo.size() + L.q_norm.size() + L.k_norm.size() + L.post_attn_norm.size() +
+                 L.post_ff_norm.size() + L.wgu.size() + L.wdown.size();
+            kv += L.k_pool.size() + L.v_pool.size();
+        }
+        m.weights = w * sizeof(float);
+        m.kv_pool = kv * sizeof(float);
+        m.blocks_total = kv_->total_blocks(0) + kv_->total_blocks(1);
+        m.blocks_free = kv_->free_blocks(0) + kv_->free_blocks(1);
+        m.blocks_peak_used = peak_used_;
+        m.block_size = kv_->block_size();
+        return m;
     }
 
-    std::vector<float> forward(const std::vector<int>& ids) override {
-        check_room(ids.size());
-        for (int id : ids)
-            if (id < 0 || id >= c_.vocab)
-                fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")");
+protected:
+    void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,
+                      uint64_t step) override {
+        std::vector<float> out = run(seq, ids);
+        if (logits) std::copy(out.begin(), out.end(), logits);
+        if (id) *id = sample_cpu(out.data(), c_.vocab, s, step);
+    }
+
+    // The CPU runs a decode step one sequence after the other: the same math as a batch.
+    void decode_impl(const std::vector<int>& seqs, const std::vector<int>& ids, float* logits, int* ids_out,
+                     const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) override {
+        for (size_t b = 0; b < seqs.size(); b++) {
+            std::vector<float> out = run(seqs[b], {ids[b]});
+            if (logits) std::copy(out.begin(), out.end(), logits + b * c_.vocab);
+            if (ids_out) ids_out[b] = sample_cpu(out.data(), c_.vocab, s[b], steps[b]);
+        }
+    }
+
+    void copy_block(int kind, int src, int dst) override {
+        const size_t n = (size_t)kv_->block_size() * c_.kv_dim();
+        for (CpuLayer& L : layers_)
+            if (L.kind == kind) {
+                std::copy_n(L.k_pool.begin() + src * n, n, L.k_pool.begin() + dst * n);
+                std::copy_n(L.v_pool.begin() + src * n, n, L.v_pool.begin() + dst * n);
+            }
+    }
+
+private:
+    // The forward pass of `ids` appended to `seq` (its cache rows are reserved); returns the
+    // last position's logits [V].
+    std::vector<float> run(int seq, const std::vector<int>& ids) {
         const int T = ids.size(), H = c_.hidden, I = c_.intermediate, hd = c_.head_dim;
         const int nH = c_.n_heads, nKV = c_.n_kv_heads, Q = c_.q_dim(), KV = c_.kv_dim(), QKV = Q + 2 * KV;
-        const int pos0 = n_past_;
+        const int pos0 = kv_->len(seq);
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
 
@@ -108,6 +147,8 @@ public:
         std::vector<float> xn((size_t)T * H);         // normed input        [T, H]   (OLMo-1)
         std::vector<float> qkv((size_t)T * QKV);      // fused projection    [T, Q+2KV]
         std::vector<float> q((size_t)T * Q);          // queries             [T, nH*hd]
+        std::vector<float> k((size_t)T * KV);         // new keys            [T, nKV*hd]
+        std::vector<float> v((size_t)T * KV);         // new values          [T, nKV*hd]
         std::vector<float> att((size_t)T * Q);        // attention output    [T, nH*hd]
         std::vector<float> o((size_t)T * H);          // o_proj / MLP output [T, H]
         std::vector<float> gu((size_t)T * 2 * I);     // gate | up           [T, 2I]
@@ -118,31 +159,34 @@ public:
         for (int l = 0; l < c_.n_layers; l++) {
             CpuLayer& L = layers_[l];
             const std::string n = "layers." + std::to_string(l) + ".";
-            float* kc = L.k_cache.data() + (size_t)pos0 * KV;   // this chunk's cache rows
-            float* vc = L.v_cache.data() + (size_t)pos0 * KV;
 
             // --- attention half ---
             if (olmo1) cpu::layernorm(xn.data(), x.data(), T, H, eps);
             cpu::matmul(qkv.data(), olmo1 ? xn.data() : x.data(), L.wqkv.data(), T, H, QKV);
-            split_qkv(qkv.data(), q.data(), kc, vc, T, Q, KV);
+            split_qkv(qkv.data(), q.data(), k.data(), v.data(), T, Q, KV);
             if (olmo1 && c_.clip_qkv > 0) {
                 cpu::clip(q.data(), (int64_t)T * Q, c_.clip_qkv);
-                cpu::clip(kc, (int64_t)T * KV, c_.clip_qkv);
-                cpu::clip(vc, (int64_t)T * KV, c_.clip_qkv);
+                cpu::clip(k.data(), (int64_t)T * KV, c_.clip_qkv);
+                cpu::clip(v.data(), (int64_t)T * KV, c_.clip_qkv);
             }
             if (!olmo1) {
                 cpu::rmsnorm(q.data(), q.data(), L.q_norm.data(), T, Q, eps);
-                cpu::rmsnorm(kc, kc, L.k_norm.data(), T, KV, eps);
+                cpu::rmsnorm(k.data(), k.data(), L.k_norm.data(), T, KV, eps);
             }
             emit(n + "q", q.data(), T, Q);
-            emit(n + "k", kc, T, KV);
-            emit(n + "v", vc, T, KV);
+            emit(n + "k", k.data(), T, KV);
+            emit(n + "v", v.data(), T, KV);
             cpu::rope(q.data(), T, nH, hd, pos0, L.inv_freq.data(), L.rope_scale);
-            cpu::rope(kc, T, nKV, hd, pos0, L.inv_freq.data(), L.rope_scale);
+            cpu::rope(k.data(), T, nKV, hd, pos0, L.inv_freq.data(), L.rope_scale);
             emit(n + "q_rope", q.data(), T, Q);
-            emit(n + "k_rope", kc, T, KV);
-            cpu::attention(att.data(), q.data(), L.k_cache.data(), L.v_cache.data(), T, pos0, nH, nKV, hd,
-                           L.window, 1.0f / std::sqrt((float)hd));
+            emit(n + "k_rope", k.data(), T, KV);
+            for (int t = 0; t < T; t++) {                 // k, v -> this sequence's cache rows
+                const size_t r = kv_->row(seq, L.kind, pos0 + t);
+                std::copy_n(k.begin() + (size_t)t * KV, KV, L.k_pool.begin() + r * KV);
+                std::copy_n(v.begin() + (size_t)t * KV, KV, L.v_pool.begin() + r * KV);
+            }
+            cpu::attention(att.data(), q.data(), L.k_pool.data(), L.v_pool.data(), T, pos0, nH, nKV, hd, L.window,
+                           1.0f / std::sqrt((float)hd), kv_->table(seq, L.kind).data(), kv_->block_size());
             emit(n + "attn", att.data(), T, Q);
             cpu::matmul(o.data(), att.data(), L.wo.data(), T, Q, H);
             emit(n + "o_proj", o.data(), T, H);
@@ -160,7 +204,6 @@ public:
             add(x.data(), o.data(), (size_t)T * H);
             emit(n + "out", x.data(), T, H);
         }
-        n_past_ += T;
 
         // Final norm and logits. With a hook (golden tests) every position, else the last only.
         const int rows = hook ? T : 1;
@@ -174,13 +217,7 @@ public:
         return std::vector<float>(logits.end() - c_.vocab, logits.end());
     }
 
-    int forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step) override {
-        std::vector<float> logits = forward(ids);
-        return sample_cpu(logits.data(), c_.vocab, s, step);
-    }
-
-private:
-    // qkv [T, Q+2KV] -> q [T, Q], k and v straight into the cache rows of this chunk.
+    // qkv [T, Q+2KV] -> q [T, Q], k [T, KV], v [T, KV].
     static void split_qkv(const float* qkv, float* q, float* k, float* v, int T, int Q, int KV) {
         for (int t = 0; t < T; t++) {
             const float* r = qkv + (size_t)t * (Q + 2 * KV);
@@ -203,15 +240,8 @@ private:
 
 }  // namespace
 
-void Engine::check_room(size_t n) const {
-    if (n == 0) fail("nothing to run: the token list is empty");
-    if (n_past_ + n > (size_t)max_seq_)
-        fail("sequence of " + std::to_string(n_past_ + n) + " tokens does not fit the context of " +
-             std::to_string(max_seq_) + " tokens (raise --max-seq-len, up to max_position_embeddings)");
-}
-
-std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq) {
-    return std::make_unique<CpuEngine>(c, ckpt, max_seq);
+std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks) {
+    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks);
 }
 
 }  // namespace olmo

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config.h"
+#include "kv_cache.h"
 #include "safetensors.h"
 
 namespace olmo {
@@ -24,34 +25,82 @@ struct SamplingParams {
 // golden files ("embed", "layers.3.q_rope", "logits", ...), data [rows, cols] in fp32.
 using ActivationHook = std::function<void(const std::string& name, const float* data, int rows, int cols)>;
 
+// Where an engine's memory goes and how full its KV pool is (--stats).
+struct MemoryUse {
+    size_t weights = 0, kv_pool = 0, other = 0;   // bytes
+    int blocks_total = 0, blocks_free = 0, blocks_peak_used = 0, block_size = 0;
+};
+
+// An engine holds the weights and a paged KV cache (kv_cache.h) shared by any number of
+// sequences. A sequence is created empty, fed a prompt with prefill(), then extended one token
+// at a time with decode(), which serves several sequences in one step (batched generation,
+// beams). fork() makes a beam that shares its parent's cache blocks.
 class Engine {
 public:
     virtual ~Engine() = default;
     virtual const ModelConfig& config() const = 0;
     int max_seq() const { return max_seq_; }
-    int n_past() const { return n_past_; }     // tokens already in the KV cache
-    void reset() { n_past_ = 0; }
-    // Appends `ids` to the sequence (a prefill when there are several, a decode step for one)
-    // and returns the fp32 logits of the last position [V].
-    virtual std::vector<float> forward(const std::vector<int>& ids) = 0;
-    // The same, then draws the next token (step numbers the draws for the RNG). Only the id
-    // leaves the device on the GPU.
-    virtual int forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step) = 0;
-    // Peak memory the engine allocated (bytes): device memory on the GPU, buffers on the CPU.
-    virtual size_t memory_bytes() const = 0;
-    ActivationHook hook;
+
+    // --- sequences ---
+    int new_sequence() { return kv_->new_sequence(); }
+    int fork_sequence(int parent) { return kv_->fork(parent); }
+    void free_sequence(int seq) { kv_->free(seq); }
+    int seq_len(int seq) const { return kv_->len(seq); }
+    const KvCache& kv_cache() const { return *kv_; }
+
+    // --- compute ---
+    // Appends `ids` to `seq` and returns the fp32 logits of its last position [V].
+    std::vector<float> prefill(int seq, const std::vector<int>& ids);
+    // The same, then draws the next token (step numbers the draws for the RNG); on the GPU only
+    // the id leaves the device.
+    int prefill_sample(int seq, const std::vector<int>& ids, const SamplingParams& s, uint64_t step);
+    // One decode step: seqs[b] gets token ids[b]; returns logits [B, V].
+    std::vector<float> decode(const std::vector<int>& seqs, const std::vector<int>& ids);
+    // The same, drawing each sequence's next token with its own sampling parameters and RNG
+    // step (a sequence's k-th generated token uses step k, so batching does not change draws).
+    std::vector<int> decode_sample(const std::vector<int>& seqs, const std::vector<int>& ids,
+                                   const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps);
+
+    // --- one sequence, for simple generation and tests: the engine's default sequence ---
+    void reset();                                           // frees every sequence
+    int n_past() const { return kv_->alive(seq0_) ? kv_->len(seq0_) : 0; }
+    std::vector<float> forward(const std::vector<int>& ids);             // prefill, or decode for one id
+    int forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step);
+
+    virtual MemoryUse memory() const = 0;
+    ActivationHook hook;   // called with named intermediates during prefill (golden tests)
+
 protected:
-    int max_seq_ = 0, n_past_ = 0;
-    // Checks that `n` more tokens fit in the context; throws a clear error otherwise.
-    void check_room(size_t n) const;
+    // kv_blocks: blocks per pool kind; 0 = enough for one sequence of max_seq tokens.
+    void init_kv(const ModelConfig& c, int max_seq, int kv_blocks);
+    // Implementations: the KV rows are reserved before and committed after these calls.
+    // prefill_impl fills logits [V] (if not null) and *id (if not null, drawn with s, step).
+    virtual void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,
+                              uint64_t step) = 0;
+    // decode_impl fills logits [B, V] (if not null) and ids_out [B] (if not null).
+    virtual void decode_impl(const std::vector<int>& seqs, const std::vector<int>& ids, float* logits, int* ids_out,
+                             const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) = 0;
+    // Copies KV block src to dst in every layer of `kind` (copy on write of a shared block).
+    virtual void copy_block(int kind, int src, int dst) = 0;
+
+    int max_seq_ = 0;
+    std::unique_ptr<KvCache> kv_;
+    int seq0_ = -1;
+    int peak_used_ = 0;
+
+private:
+    void check_ids(const std::vector<int>& ids) const;
+    void reserve(int seq, size_t n);
 };
 
-std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq);
+std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks = 0);
 
 enum class DeviceDType { BF16, F16, F32 };
 bool cuda_available();   // false when built without CUDA or no GPU is present
 // ckpt == nullptr: random weights (benchmarks at real sizes without a checkpoint).
-std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt);
+// max_batch: the most sequences one decode step may carry.
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt,
+                                         int kv_blocks = 0, int max_batch = 64);
 
 // CPU sampler (the GPU has its own kernel with the same rules): temperature, then top-k, then
 // top-p, then a draw from a counter-based RNG of (seed, step). temperature 0 = argmax.

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "engine.h"
+#include "generation.h"
 #include "tokenizer.h"
 
 using namespace olmo;
@@ -49,9 +50,10 @@ std::vector<int> parse_id_list(const std::string& s) {
 }
 
 struct Options {
-    std::string model, tokenizer, prompt, prompt_file, prompt_ids, device = "auto", dtype = "bf16", random_weights;
-    int max_new_tokens = 128, top_k = 0, max_seq_len = 0, prompt_len = 0;
-    float temperature = 0.8f, top_p = 0.95f;
+    std::string model, tokenizer, prompt_file, prompts_file, prompt_ids, device = "auto", dtype = "bf16", random_weights;
+    std::vector<std::string> prompts;
+    int max_new_tokens = 128, top_k = 0, max_seq_len = 0, prompt_len = 0, beams = 1, batch = 1;
+    float temperature = 0.8f, top_p = 0.95f, length_penalty = 1.0f, kv_pool_gb = 0.0f;
     uint64_t seed = 0;
     bool stats = false, output_ids = false;
 };
@@ -63,9 +65,11 @@ int run(int argc, char** argv) {
                    "small model in weights/ next to this program");
     app.add_option("--tokenizer", o.tokenizer, "tokenizer file, a sentencepiece .model or a tokenizer.json "
                    "(default: MODEL/tokenizer.json, else MODEL/tokenizer.model, else tokenizer/tokenizer.model)");
-    app.add_option("-p,--prompt", o.prompt, "prompt text (default: --prompt-file, else stdin when it is not a "
-                   "terminal and not empty, else \"Once upon a time\")");
-    app.add_option("-f,--prompt-file", o.prompt_file, "read the prompt from this file");
+    app.add_option("-p,--prompt", o.prompts, "prompt text; repeat the flag to generate for several prompts in one "
+                   "batch (default: --prompt-file, else stdin when it is not a terminal and not empty, else "
+                   "\"Once upon a time\")");
+    app.add_option("-f,--prompt-file", o.prompt_file, "read one prompt from this file");
+    app.add_option("--prompts-file", o.prompts_file, "batched generation: one prompt per line of this file");
     app.add_option("--prompt-ids", o.prompt_ids, "prompt as comma-separated token ids, e.g. 12,7,99 (no tokenizer needed)");
     app.add_option("-n,--max-new-tokens", o.max_new_tokens, "stop after this many new tokens (default 128)")
         ->check(CLI::Range(1, 1 << 30));
@@ -82,6 +86,15 @@ int run(int argc, char** argv) {
                    "(default bf16; the CPU always computes in fp32)")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
     app.add_option("--max-seq-len", o.max_seq_len, "KV cache length in tokens, prompt + generation "
                    "(default: max_position_embeddings, capped at 4096)")->check(CLI::Range(1, 1 << 30));
+    app.add_option("--beams", o.beams, "beam search with this many beams (1 = off, default); greedy scoring as "
+                   "transformers' generate(num_beams=N, do_sample=False)")->check(CLI::Range(1, 64));
+    app.add_option("--length-penalty", o.length_penalty, "beam search: hypotheses are scored sum(logprob) / "
+                   "length^this (default 1.0, as transformers)");
+    app.add_option("--kv-pool-gb", o.kv_pool_gb, "size of the paged KV-cache pool in GB (default: what the prompts "
+                   "and -n need); a batch that does not fit waits, one that never fits is an error")
+        ->check(CLI::Range(0.0f, 4096.0f));
+    app.add_option("--batch", o.batch, "benchmark mode: decode this many copies of the --prompt-len prompt at once")
+        ->check(CLI::Range(1, 1024));
     app.add_option("--random-weights", o.random_weights, "benchmark mode: build the model of this config.json with "
                    "random weights on the GPU (no checkpoint, no tokenizer; implies --output-ids)");
     app.add_option("--prompt-len", o.prompt_len, "benchmark mode: a prompt of this many random token ids")
@@ -123,86 +136,152 @@ int run(int argc, char** argv) {
         fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
              "or --prompt-ids with --output-ids");
 
-    // --- prompt ---
-    std::vector<int> prompt;
+    // --- prompts ---
+    std::vector<std::vector<int>> prompts;
+    auto encode = [&](const std::string& text) {
+        std::vector<int> ids = tok->encode(text);
+        if (ids.empty()) fail("a prompt is empty");
+        return ids;
+    };
     if (!o.prompt_ids.empty()) {
-        prompt = parse_id_list(o.prompt_ids);
+        prompts.push_back(parse_id_list(o.prompt_ids));
     } else if (o.prompt_len > 0) {
-        for (int i = 0; i < o.prompt_len; i++) prompt.push_back((int)((i * 2654435761u + 12345u) % (unsigned)cfg.vocab));
+        std::vector<int> p;
+        for (int i = 0; i < o.prompt_len; i++) p.push_back((int)((i * 2654435761u + 12345u) % (unsigned)cfg.vocab));
+        prompts.assign(o.batch, p);
+    } else if (!o.prompts.empty()) {
+        for (const std::string& text : o.prompts) prompts.push_back(encode(text));
+    } else if (!o.prompts_file.empty()) {
+        std::stringstream lines(read_file(o.prompts_file));
+        for (std::string line; std::getline(lines, line);)
+            if (!line.empty()) prompts.push_back(encode(line));
+        if (prompts.empty()) fail(o.prompts_file + ": no prompts (one per line)");
     } else {
-        std::string text = o.prompt;
-        if (text.empty() && !o.prompt_file.empty()) text = read_file(o.prompt_file);
-        else if (text.empty() && !isatty(0)) text = std::string(std::istreambuf_iterator<char>(std::cin), {});
+        std::string text;
+        if (!o.prompt_file.empty()) text = read_file(o.prompt_file);
+        else if (!isatty(0)) text = std::string(std::istreambuf_iterator<char>(std::cin), {});
         if (text.empty() && o.prompt_file.empty()) text = "Once upon a time";   // no prompt given anywhere
-        prompt = tok->encode(text);
-        if (prompt.empty()) fail("the prompt is empty");
+        prompts.push_back(encode(text));
     }
-    for (int id : prompt)
-        if (id >= cfg.vocab)
-            fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
-    if ((int)prompt.size() > max_seq)
-        fail("the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " + std::to_string(max_seq) +
-             " tokens (--max-seq-len, at most max_position_embeddings = " + std::to_string(cfg.max_pos) + ")");
     int n_new = o.max_new_tokens;
-    if ((int)prompt.size() + n_new > max_seq) {
-        n_new = max_seq - (int)prompt.size();
-        std::fprintf(stderr, "note: generation capped at %d tokens by the context of %d\n", n_new, max_seq);
+    for (const std::vector<int>& prompt : prompts) {
+        for (int id : prompt)
+            if (id >= cfg.vocab)
+                fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
+        if ((int)prompt.size() > max_seq)
+            fail("the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " + std::to_string(max_seq) +
+                 " tokens (--max-seq-len, at most max_position_embeddings = " + std::to_string(cfg.max_pos) + ")");
+        if ((int)prompt.size() + n_new > max_seq) {
+            n_new = max_seq - (int)prompt.size();
+            std::fprintf(stderr, "note: generation capped at %d tokens by the context of %d\n", n_new, max_seq);
+        }
     }
+    if (n_new < 1) fail("no room to generate: a prompt fills the whole context of " + std::to_string(max_seq) + " tokens");
 
-    // --- engine ---
-    bool use_cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
+    // --- engine: the KV pool holds every prompt (each beam) at full length, or --kv-pool-gb ---
+    const bool use_cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
+    const size_t elt = !use_cuda || o.dtype == "fp32" ? 4 : 2;
+    const int bs = 16;
+    int kv_blocks = 0;
+    for (const auto& p : prompts) kv_blocks += ((int)p.size() + n_new + bs - 1) / bs + 2;
+    kv_blocks *= o.beams;
+    if (o.kv_pool_gb > 0)
+        kv_blocks = (int)(o.kv_pool_gb * 1e9 / (2.0 * bs * cfg.kv_dim() * cfg.n_layers * elt));
+    kv_blocks = std::max(kv_blocks, 1);
+    const int max_batch = std::max<int>(prompts.size(), o.beams);
     auto t_load = Clock::now();
     std::unique_ptr<Engine> eng;
     if (use_cuda) {
         DeviceDType dt = o.dtype == "fp32" ? DeviceDType::F32 : o.dtype == "fp16" ? DeviceDType::F16 : DeviceDType::BF16;
-        eng = make_cuda_engine(cfg, ckpt.get(), max_seq, dt);
+        eng = make_cuda_engine(cfg, ckpt.get(), max_seq, dt, kv_blocks, max_batch);
     } else {
         if (bench) fail("--random-weights needs the CUDA engine (--device cuda)");
-        eng = make_cpu_engine(cfg, *ckpt, max_seq);
+        eng = make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks);
     }
     const double load_s = seconds_since(t_load);
-
-    // --- generation loop: one prefill call, then one decode call per token ---
     SamplingParams sp{o.temperature, o.top_k, o.top_p, o.seed};
-    std::unique_ptr<StreamDecoder> stream;
-    if (!o.output_ids) {
-        stream = std::make_unique<StreamDecoder>(*tok, prompt);
-        std::fputs(tok->decode(prompt).c_str(), stdout);
-        std::fflush(stdout);
-    }
+    auto print_ids = [](const std::vector<int>& ids) {
+        for (size_t i = 0; i < ids.size(); i++) std::printf("%s%d", i ? "," : "", ids[i]);
+    };
+    auto text_of = [&](std::vector<int> ids, const std::vector<int>& generated) {   // prompt + continuation, no eos
+        ids.insert(ids.end(), generated.begin(), generated.end());
+        if (std::find(cfg.eos_ids.begin(), cfg.eos_ids.end(), ids.back()) != cfg.eos_ids.end()) ids.pop_back();
+        return tok->decode(ids);
+    };
     if (bench) {   // warm-up: first cuBLAS calls and the decode graph capture stay out of the figures
-        eng->forward_sample(prompt, sp, 0);
-        eng->forward_sample({0}, sp, 1);
+        std::vector<Request> warm(prompts.size(), Request{prompts[0], sp, 2});
+        generate(*eng, warm, {});
         eng->reset();
     }
-    std::vector<int> out;
+
+    // --- generation ---
     auto t0 = Clock::now();
     double ttft = 0;
-    std::vector<int> feed = prompt;
-    for (int i = 0; i < n_new; i++) {
-        int next = eng->forward_sample(feed, sp, i);
-        if (i == 0) ttft = seconds_since(t0);
-        out.push_back(next);
-        bool eos = std::find(cfg.eos_ids.begin(), cfg.eos_ids.end(), next) != cfg.eos_ids.end();
-        if (stream && !eos) std::fputs(stream->push(next).c_str(), stdout);
-        if (o.output_ids) std::printf("%s%d", i ? "," : "", next);
-        std::fflush(stdout);
-        if (eos && !bench) break;
-        feed = {next};
+    size_t generated = 0;
+    if (o.beams > 1) {
+        // Beam search, prompt after prompt; the best hypothesis of each.
+        for (size_t k = 0; k < prompts.size(); k++) {
+            BeamResult r = beam_search(*eng, prompts[k], o.beams, n_new, o.length_penalty, cfg.eos_ids);
+            if (k == 0) ttft = seconds_since(t0);
+            generated += r.tokens.size();
+            if (prompts.size() > 1) std::printf("[%zu] ", k);
+            if (o.output_ids) print_ids(r.tokens);
+            else std::fputs(text_of(prompts[k], r.tokens).c_str(), stdout);
+            std::printf("\n");
+        }
+    } else if (prompts.size() == 1 && !bench) {
+        // One prompt: stream the text as it is produced.
+        std::unique_ptr<StreamDecoder> stream;
+        if (!o.output_ids) {
+            stream = std::make_unique<StreamDecoder>(*tok, prompts[0]);
+            std::fputs(tok->decode(prompts[0]).c_str(), stdout);
+            std::fflush(stdout);
+        }
+        generate(*eng, {Request{prompts[0], sp, n_new}}, cfg.eos_ids, [&](int, int id, bool eos) {
+            if (generated++ == 0) ttft = seconds_since(t0);
+            if (stream && !eos) std::fputs(stream->push(id).c_str(), stdout);
+            if (o.output_ids) std::printf("%s%d", generated > 1 ? "," : "", id);
+            std::fflush(stdout);
+        });
+        if (stream) std::fputs(stream->flush().c_str(), stdout);
+        std::printf("\n");
+    } else {
+        // A batch: every prompt decodes in the same steps, each with its own seed (seed + k);
+        // the outputs are printed per prompt at the end, labelled [k].
+        std::vector<Request> reqs;
+        for (size_t k = 0; k < prompts.size(); k++) reqs.push_back({prompts[k], {sp.temperature, sp.top_k, sp.top_p, sp.seed + k}, n_new});
+        auto outs = generate(*eng, reqs, bench ? std::vector<int>{} : cfg.eos_ids, [&](int, int, bool) {
+            if (generated++ == 0) ttft = seconds_since(t0);
+        });
+        for (size_t k = 0; k < outs.size(); k++) {
+            std::printf("[%zu] ", k);
+            if (o.output_ids) print_ids(outs[k]);
+            else std::fputs(text_of(prompts[k], outs[k]).c_str(), stdout);
+            std::printf("\n");
+        }
     }
-    if (stream) std::fputs(stream->flush().c_str(), stdout);
-    std::printf("\n");
     const double total = seconds_since(t0);
 
     if (o.stats) {
-        const int decoded = (int)out.size() - 1;
-        std::fprintf(stderr, "\n--- stats (%s%s) ---\n", use_cuda ? "cuda " : "cpu fp32", use_cuda ? o.dtype.c_str() : "");
+        size_t prompt_tokens = 0;
+        for (const auto& p : prompts) prompt_tokens += p.size();
+        const MemoryUse m = eng->memory();
+        std::fprintf(stderr, "\n--- stats (%s%s, %zu sequence%s) ---\n", use_cuda ? "cuda " : "cpu fp32",
+                     use_cuda ? o.dtype.c_str() : "", prompts.size() * o.beams, prompts.size() * o.beams > 1 ? "s" : "");
         std::fprintf(stderr, "load             %.3f s\n", load_s);
-        std::fprintf(stderr, "prompt tokens    %zu\n", prompt.size());
+        std::fprintf(stderr, "prompt tokens    %zu\n", prompt_tokens);
         std::fprintf(stderr, "time to 1st tok  %.2f ms\n", ttft * 1e3);
-        std::fprintf(stderr, "prefill          %.1f tokens/s\n", prompt.size() / ttft);
-        if (decoded > 0) std::fprintf(stderr, "decode           %.1f tokens/s (%d tokens)\n", decoded / (total - ttft), decoded);
-        std::fprintf(stderr, "%s memory %.1f MiB\n", use_cuda ? "peak GPU" : "engine  ", eng->memory_bytes() / 1048576.0);
+        std::fprintf(stderr, "prefill          %.1f tokens/s\n", prompts[0].size() / ttft);
+        const size_t decoded = generated > prompts.size() ? generated - prompts.size() : 0;
+        if (decoded > 0 && o.beams == 1)
+            std::fprintf(stderr, "decode           %.1f tokens/s (%zu tokens, summed over sequences)\n",
+                         decoded / (total - ttft), decoded);
+        std::fprintf(stderr, "%s memory %.1f MiB (weights %.1f, KV pool %.1f, buffers %.1f)\n",
+                     use_cuda ? "GPU" : "engine", (m.weights + m.kv_pool + m.other) / 1048576.0, m.weights / 1048576.0,
+                     m.kv_pool / 1048576.0, m.other / 1048576.0);
+        std::fprintf(stderr, "KV pool          %d blocks of %d tokens, peak %d in use (%.0f%%), %d free now\n",
+                     m.blocks_total, m.block_size, m.blocks_peak_used, 100.0 * m.blocks_peak_used / std::max(1, m.blocks_total),
+                     m.blocks_free);
     }
     return 0;
 }

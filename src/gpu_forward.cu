@@ -6,9 +6,10 @@
 //   the residual stream x stays in fp32 (norm.cuh says why).
 //
 // Memory: the weights live in one allocation carved into tensors (q|k|v and gate|up fused so
-// each is one GEMM); activations for one prefill chunk and the KV cache in a second. Nothing
-// is allocated after construction, so the decode step (T = 1) can be captured once as a CUDA
-// graph and replayed: its inputs (token id, position) live in device memory.
+// each is one GEMM); activations for one prefill chunk in a second; the paged KV pools
+// (kv_cache.h) in a third. Nothing is allocated after construction, so a decode step over B
+// sequences is captured once as a CUDA graph and replayed: its inputs (token ids, positions,
+// block tables) live in device memory, refreshed by one copy before each replay.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -75,18 +76,34 @@ struct GpuLayer {
     T* ff_norm;       // [H]          post_feedforward_layernorm (OLMo-2/3)
     T* wgu;           // [2I, H]      gate | up rows
     T* wdown;         // [H, I]
-    T* k_cache;       // [max_seq, KV]
-    T* v_cache;       // [max_seq, KV]
+    T* k_pool;        // [blocks * block_size, KV]   paged K cache (kv_cache.h)
+    T* v_pool;        // [blocks * block_size, KV]
     float* inv_freq;  // [hd/2]
     float rope_scale;
     int window;
+    int kind;         // KvCache::kFull or kSliding: which block tables address its pools
+};
+
+// What one forward call needs to know about its tokens, uploaded in one copy before it runs:
+// rows are tokens (a prefill chunk of one sequence, or one token per sequence in decode).
+struct StepMeta {
+    int* ids;         // [rows]        token ids
+    int* pos;         // [rows]        position of each token
+    int* rows[2];     // [rows]        pool row of each token's K/V, per kind
+    int* pos0;        // [batch]       position of each sequence's first token in this call
+    int* tables[2];   // [batch, stride] block tables, per kind
+    int* step;        // [batch]       draw counter of each sequence, for the sampler
 };
 
 template <typename T>
 class CudaEngine : public Engine {
 public:
-    CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq) : c_(c) {
-        max_seq_ = max_seq;
+    CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch)
+        : c_(c), max_batch_(max_batch) {
+        init_kv(c, max_seq, kv_blocks);
+        chunk_ = std::min(max_seq_, kMaxChunk);
+        stride_ = (max_seq_ + kv_->block_size() - 1) / kv_->block_size() + 1;
+        meta_ints_ = 4 * (size_t)std::max(chunk_, max_batch_) + (size_t)max_batch_ * (2 + 2 * stride_);
         cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         cublasCheck(cublasCreate(&cublas_));
         cublasCheck(cublasSetStream(cublas_, stream_));
@@ -95,39 +112,80 @@ public:
         carve();                 // count sizes
         weights_.allocate();
         buffers_.allocate();
+        kv_arena_.allocate();
         carve();                 // hand out pointers
         cublasCheck(cublasSetWorkspace(cublas_, cublas_ws_, kCublasWorkspace));
         if (ck) upload(*ck);
         else randomize();
-        cudaCheck(cudaMallocHost(&host_io_, sizeof(int) * (kMaxChunk + 2)));
+        cudaCheck(cudaMallocHost(&host_meta_, sizeof(int) * meta_ints_));
+        cudaCheck(cudaMallocHost(&host_ids_, sizeof(int) * max_batch_));
         cudaCheck(cudaStreamSynchronize(stream_));
     }
 
     ~CudaEngine() override {
-        if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-        if (host_io_) cudaFreeHost(host_io_);
+        for (auto& g : graphs_) cudaGraphExecDestroy(g.exec);
+        cudaFreeHost(host_meta_);
+        cudaFreeHost(host_ids_);
         cublasDestroy(cublas_);
         cudaStreamDestroy(stream_);
     }
 
     const ModelConfig& config() const override { return c_; }
-    size_t memory_bytes() const override { return weights_.size + buffers_.size; }
 
-    std::vector<float> forward(const std::vector<int>& ids) override {
-        run(ids);
-        std::vector<float> logits(c_.vocab);
-        cudaCheck(cudaMemcpyAsync(logits.data(), logits_, sizeof(float) * c_.vocab, cudaMemcpyDeviceToHost, stream_));
-        cudaCheck(cudaStreamSynchronize(stream_));
-        return logits;
+    MemoryUse memory() const override {
+        MemoryUse m;
+        m.weights = weights_.size;
+        m.kv_pool = kv_arena_.size;
+        m.other = buffers_.size;
+        m.blocks_total = kv_->total_blocks(0) + kv_->total_blocks(1);
+        m.blocks_free = kv_->free_blocks(0) + kv_->free_blocks(1);
+        m.blocks_peak_used = peak_used_;
+        m.block_size = kv_->block_size();
+        return m;
     }
 
-    int forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step) override {
-        sampling_ = s;
-        step_ = step;
-        run(ids, /*sample=*/true);
-        cudaCheck(cudaMemcpyAsync(host_io_, next_id_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-        cudaCheck(cudaStreamSynchronize(stream_));
-        return host_io_[0];
+protected:
+    // One sequence, any number of tokens: chunks of at most chunk_ tokens, run eagerly.
+    void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,
+                      uint64_t step) override {
+        const int pos0 = kv_->len(seq);
+        for (size_t done = 0; done < ids.size();) {
+            const int n = (int)std::min(ids.size() - done, (size_t)chunk_);
+            const bool last = done + n == ids.size();
+            std::vector<int> seqs(n, seq), pos(n);
+            for (int r = 0; r < n; r++) pos[r] = pos0 + (int)done + r;
+            upload_meta(std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {step});
+            forward_rows(n, /*batch=*/1, /*prefill=*/true);
+            if (last) finish(1, logits, id, {s});
+            done += n;
+        }
+        sync_out(1, logits, id);
+    }
+
+    // Several sequences, one token each: one batched step, replayed from a CUDA graph that is
+    // captured once per batch size and output mode.
+    void decode_impl(const std::vector<int>& seqs, const std::vector<int>& ids, float* logits, int* ids_out,
+                     const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) override {
+        const int B = (int)seqs.size();
+        if (B > max_batch_)
+            fail("decode: " + std::to_string(B) + " sequences in one step, the engine was built for at most " +
+                 std::to_string(max_batch_));
+        std::vector<int> pos(B);
+        for (int b = 0; b < B; b++) pos[b] = kv_->len(seqs[b]);
+        upload_meta(ids, pos, seqs, steps);
+        graph_for(B, logits ? std::vector<SamplingParams>{} : s);
+        sync_out(B, logits, ids_out);
+    }
+
+    void copy_block(int kind, int src, int dst) override {
+        const size_t n = (size_t)kv_->block_size() * c_.kv_dim();
+        for (GpuLayer<T>& L : layers_)
+            if (L.kind == kind) {
+                cudaCheck(cudaMemcpyAsync(L.k_pool + dst * n, L.k_pool + src * n, n * sizeof(T), cudaMemcpyDeviceToDevice,
+                                          stream_));
+                cudaCheck(cudaMemcpyAsync(L.v_pool + dst * n, L.v_pool + src * n, n * sizeof(T), cudaMemcpyDeviceToDevice,
+                                          stream_));
+            }
     }
 
 private:
@@ -137,7 +195,7 @@ private:
     // assign pointers into the allocated arenas.
     void carve() {
         const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim(), V = c_.vocab;
-        const size_t S = max_seq_, C = std::min(max_seq_, kMaxChunk), hd2 = c_.head_dim / 2;
+        const size_t C = chunk_, hd2 = c_.head_dim / 2;
         Arena& w = weights_;
         embed_ = w.take<T>(V * H);
         lm_head_ = c_.tie_embeddings ? embed_ : w.take<T>(V * H);
@@ -152,12 +210,15 @@ private:
             L.wgu = w.take<T>(2 * I * H);
             L.wdown = w.take<T>(H * I);
         }
-        Arena& b = buffers_;
-        for (auto& L : layers_) {
-            L.k_cache = b.take<T>(S * KV);
-            L.v_cache = b.take<T>(S * KV);
-            L.inv_freq = b.take<float>(hd2);
+        for (int l = 0; l < c_.n_layers; l++) {
+            GpuLayer<T>& L = layers_[l];
+            L.kind = c_.layer_sliding[l] ? KvCache::kSliding : KvCache::kFull;
+            const size_t rows = (size_t)kv_->total_blocks(L.kind) * kv_->block_size();
+            L.k_pool = kv_arena_.take<T>(rows * KV);
+            L.v_pool = kv_arena_.take<T>(rows * KV);
         }
+        Arena& b = buffers_;
+        for (auto& L : layers_) L.inv_freq = b.take<float>(hd2);
         x_ = b.take<float>(C * H);          // residual stream   [C, H] fp32
         xn_ = b.take<T>(C * H);             // next GEMM's input [C, H]: LN(x) (OLMo-1) or x in T
         qkv_ = b.take<T>(C * (Q + 2 * KV)); // fused projection  [C, Q+2KV]
@@ -166,12 +227,10 @@ private:
         o_ = b.take<T>(C * H);              // o_proj / MLP out  [C, H]
         gu_ = b.take<T>(C * 2 * I);         // gate | up         [C, 2I]
         a_ = b.take<T>(C * I);              // swiglu            [C, I]
-        logits_ = b.take<float>(V);         // fp32 logits of the last position [V]
-        ids_ = b.take<int>(C);              // input token ids   [C]
-        pos_ = b.take<int>(1);              // position of ids[0]
-        next_id_ = b.take<int>(1);          // sampled token
-        step_dev_ = b.take<int>(1);         // draw counter for the sampler's RNG
-        attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_));
+        logits_ = b.take<float>(max_batch_ * V);   // fp32 logits of each sequence's last token [B, V]
+        next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
+        meta_base_ = b.take<int>(meta_ints_);   // step metadata (StepMeta), filled by one copy
+        attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
         cublas_ws_ = b.take<char>(kCublasWorkspace);
     }
 
@@ -210,7 +269,7 @@ private:
         upload_rope();
     }
 
-    // Random weights for benchmarks: uniform with std ~0.02 for matrices, norms near 1.
+    // Random weights for benchmarks: uniform with std ~0.02 for matrices, small norms.
     void randomize() {
         const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim(), V = c_.vocab;
         uint64_t seed = 1;
@@ -243,6 +302,47 @@ private:
         }
     }
 
+    // Places StepMeta's arrays for n rows and B sequences back to back in meta_base_. The
+    // layout depends only on (n, B), so a graph captured for a batch size stays valid.
+    size_t layout_meta(int n, int B) {
+        int* m = meta_base_;
+        meta_.ids = m, m += n;
+        meta_.pos = m, m += n;
+        meta_.rows[0] = m, m += n;
+        meta_.rows[1] = m, m += n;
+        meta_.pos0 = m, m += B;
+        meta_.step = m, m += B;
+        meta_.tables[0] = m, m += (size_t)B * stride_;
+        meta_.tables[1] = m, m += (size_t)B * stride_;
+        return m - meta_base_;
+    }
+
+    // Fills StepMeta on the host and copies it to the device in one transfer: rows = ids.size()
+    // tokens at positions pos, belonging to seqs (prefill: one sequence; decode: one per token).
+    void upload_meta(const std::vector<int>& ids, const std::vector<int>& pos, const std::vector<int>& seqs,
+                     const std::vector<uint64_t>& steps) {
+        const int n = (int)ids.size(), B = (int)seqs.size();
+        cudaCheck(cudaStreamSynchronize(stream_));   // the previous copy from host_meta_ is done
+        const size_t used = layout_meta(n, B);
+        int* h = host_meta_;
+        auto at = [&](int* dev) { return h + (dev - meta_base_); };
+        std::copy(ids.begin(), ids.end(), at(meta_.ids));
+        std::copy(pos.begin(), pos.end(), at(meta_.pos));
+        for (int k = 0; k < 2; k++) {
+            if (kv_->total_blocks(k) == 0) continue;
+            for (int r = 0; r < n; r++) at(meta_.rows[k])[r] = kv_->row(seqs[B == 1 ? 0 : r], k, pos[r]);
+            for (int b = 0; b < B; b++) {
+                const std::vector<int>& t = kv_->table(seqs[b], k);
+                int* dst = at(meta_.tables[k]) + (size_t)b * stride_;
+                std::copy(t.begin(), t.end(), dst);
+                std::fill(dst + t.size(), dst + stride_, -1);
+            }
+        }
+        for (int b = 0; b < B; b++) at(meta_.pos0)[b] = pos[B == 1 ? 0 : b];
+        for (int b = 0; b < B; b++) at(meta_.step)[b] = b < (int)steps.size() ? (int)steps[b] : 0;
+        cudaCheck(cudaMemcpyAsync(meta_base_, h, sizeof(int) * used, cudaMemcpyHostToDevice, stream_));
+    }
+
     // y[rows, N] = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. In cuBLAS's column-major terms:
     // yᵀ (N x rows) = W (op T of the K x N column-major view) · xᵀ (K x rows).
     template <typename Out>
@@ -266,58 +366,81 @@ private:
         hook(name, f.data(), rows, cols);
     }
 
-    // Feeds `ids` (after the n_past_ tokens in the cache): prefill chunks, or a graph-replayed
-    // decode step. Leaves the last position's fp32 logits in logits_ and, when `sample`, the
-    // chosen next id in next_id_.
-    void run(const std::vector<int>& ids, bool sample = false) {
-        check_room(ids.size());
-        for (int id : ids)
-            if (id < 0 || id >= c_.vocab)
-                fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")");
-        for (size_t done = 0; done < ids.size();) {
-            const int n = (int)std::min(ids.size() - done, (size_t)std::min(max_seq_, kMaxChunk));
-            host_io_[0] = n_past_;
-            host_io_[1] = (int)step_;
-            std::memcpy(host_io_ + 2, ids.data() + done, n * sizeof(int));
-            cudaCheck(cudaMemcpyAsync(pos_, host_io_, sizeof(int), cudaMemcpyHostToDevice, stream_));
-            cudaCheck(cudaMemcpyAsync(step_dev_, host_io_ + 1, sizeof(int), cudaMemcpyHostToDevice, stream_));
-            cudaCheck(cudaMemcpyAsync(ids_, host_io_ + 2, n * sizeof(int), cudaMemcpyHostToDevice, stream_));
-            const bool last = done + n == ids.size();
-            if (n == 1 && !hook && last) decode_graph(sample);
-            else forward_chunk(n, last && sample);
-            n_past_ += n;
-            done += n;
+    // K/V rows of this prefill chunk, gathered from the pool for the hook ("k_rope").
+    void emit_cache(const std::string& name, const GpuLayer<T>& L, int n) {
+        if (!hook) return;
+        const int KV = c_.kv_dim();
+        std::vector<int> rows(n);
+        cudaCheck(cudaMemcpy(rows.data(), meta_.rows[L.kind], n * sizeof(int), cudaMemcpyDeviceToHost));
+        std::vector<T> h((size_t)n * KV);
+        for (int r = 0; r < n; r++)
+            cudaCheck(cudaMemcpy(h.data() + (size_t)r * KV, L.k_pool + (size_t)rows[r] * KV, KV * sizeof(T),
+                                 cudaMemcpyDeviceToHost));
+        std::vector<float> f(h.size());
+        for (size_t i = 0; i < h.size(); i++) f[i] = to_float(h[i]);
+        hook(name, f.data(), n, KV);
+    }
+
+    // Decode steps replay a captured graph per batch size; the sampling settings are baked in,
+    // so new settings capture again.
+    struct Graph {
+        int batch;
+        std::vector<SamplingParams> sampling;   // empty: logits only
+        cudaGraphExec_t exec;
+    };
+    static bool same(const std::vector<SamplingParams>& a, const std::vector<SamplingParams>& b) {
+        if (a.size() != b.size()) return false;
+        for (size_t i = 0; i < a.size(); i++)
+            if (std::memcmp(&a[i], &b[i], sizeof(SamplingParams)) != 0) return false;
+        return true;
+    }
+    void graph_for(int B, const std::vector<SamplingParams>& s) {
+        for (Graph& g : graphs_)
+            if (g.batch == B && same(g.sampling, s)) {
+                cudaCheck(cudaGraphLaunch(g.exec, stream_));
+                return;
+            }
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaCheck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        forward_rows(B, B, /*prefill=*/false);
+        finish(B, nullptr, s.empty() ? nullptr : next_ids_, s);
+        cudaCheck(cudaStreamEndCapture(stream_, &graph));
+        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+        graphs_.push_back({B, s, exec});
+        cudaCheck(cudaGraphLaunch(exec, stream_));
+    }
+
+    // After the forward: logits_ [B, V] hold each sequence's last-token logits; draw tokens.
+    void finish(int B, float* /*logits*/, const int* want_ids, const std::vector<SamplingParams>& s) {
+        if (!want_ids) return;
+        const int V = c_.vocab;
+        for (int b = 0; b < B; b++) {
+            if (s[b].temperature <= 0.0f) argmax(next_ids_ + b, logits_ + (size_t)b * V, V, stream_);
+            else olmo::sample(next_ids_ + b, logits_ + (size_t)b * V, V,
+                              SamplerParams{s[b].temperature, s[b].top_k, s[b].top_p}, s[b].seed, meta_.step + b, stream_);
         }
     }
 
-    // Decode steps replay one captured graph; sampling settings are baked into it, so a
-    // change of settings (or of sample vs. logits) captures again.
-    void decode_graph(bool sample) {
-        const bool same = graph_exec_ && sample == graph_sample_ &&
-                          (!sample || std::memcmp(&sampling_, &graph_sampling_, sizeof sampling_) == 0);
-        if (!same) {
-            if (graph_exec_) cudaCheck(cudaGraphExecDestroy(graph_exec_));
-            cudaGraph_t graph;
-            cudaCheck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-            forward_chunk(1, sample);
-            cudaCheck(cudaStreamEndCapture(stream_, &graph));
-            cudaCheck(cudaGraphInstantiate(&graph_exec_, graph, 0));
-            cudaCheck(cudaGraphDestroy(graph));
-            graph_sample_ = sample;
-            graph_sampling_ = sampling_;
-        }
-        cudaCheck(cudaGraphLaunch(graph_exec_, stream_));
+    void sync_out(int B, float* logits, int* ids) {
+        if (logits)
+            cudaCheck(cudaMemcpyAsync(logits, logits_, sizeof(float) * B * c_.vocab, cudaMemcpyDeviceToHost, stream_));
+        if (ids) cudaCheck(cudaMemcpyAsync(host_ids_, next_ids_, sizeof(int) * B, cudaMemcpyDeviceToHost, stream_));
+        cudaCheck(cudaStreamSynchronize(stream_));
+        if (ids) std::copy(host_ids_, host_ids_ + B, ids);
     }
 
-    // The forward pass over n tokens at positions *pos_ .. *pos_+n-1: a list of launches.
-    void forward_chunk(int n, bool sample) {
+    // The forward pass over n token rows described by meta_ (a prefill chunk of one sequence,
+    // or one token for each of `batch` sequences): a list of launches. Leaves the fp32 logits
+    // of each sequence's last token in logits_ [batch, V].
+    void forward_rows(int n, int batch, bool prefill) {
         const int H = c_.hidden, I = c_.intermediate, hd = c_.head_dim, Q = c_.q_dim(), KV = c_.kv_dim();
         const int QKV = Q + 2 * KV, nH = c_.n_heads, nKV = c_.n_kv_heads;
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
-        const int pos0 = n_past_;   // host copy, for the hook only (kernels read pos_)
 
-        embedding(xn_, embed_, ids_, n, H, stream_);                             // [n, H] in T
+        embedding(xn_, embed_, meta_.ids, n, H, stream_);                        // [n, H] in T
         convert(x_, xn_, (int64_t)n * H, stream_);                               // the fp32 residual
         emit("embed", x_, n, H, H);
         if (olmo1) layernorm(xn_, x_, n, H, eps, stream_);
@@ -334,14 +457,19 @@ private:
             emit(name + "q", qkv_, n, Q, QKV);
             emit(name + "k", qkv_ + Q, n, KV, QKV);
             emit(name + "v", qkv_ + Q + KV, n, KV, QKV);
-            RopeParams<T> rp{qkv_, q_, L.k_cache, L.v_cache, n, pos_, nH, nKV, hd, L.inv_freq, L.rope_scale};
-            rope_qkv(rp, stream_);                                               // q -> q_, k/v -> cache
+            RopeParams<T> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
+                             L.inv_freq, L.rope_scale};
+            rope_qkv(rp, stream_);                                               // q -> q_, k/v -> pool rows
             emit(name + "q_rope", q_, n, Q, Q);
-            emit(name + "k_rope", L.k_cache + (size_t)pos0 * KV, n, KV, KV);
-            AttnParams<T> ap{q_, L.k_cache, L.v_cache, att_, n, pos_, nH, nKV, hd, L.window,
-                             1.0f / std::sqrt((float)hd), max_seq_};
-            if (n == 1) attention_decode(ap, attn_ws_, stream_);
-            else attention_prefill(ap, stream_);
+            emit_cache(name + "k_rope", L, n);
+            AttnParams<T> ap{};
+            ap.q = q_, ap.k = L.k_pool, ap.v = L.v_pool, ap.out = att_;
+            ap.n_q = prefill ? n : 1, ap.pos0 = meta_.pos0, ap.batch = batch;
+            ap.nH = nH, ap.nKV = nKV, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
+            ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
+            ap.block_size = kv_->block_size();
+            if (prefill) attention_prefill(ap, stream_);
+            else attention_decode(ap, attn_ws_, stream_);
             emit(name + "attn", att_, n, Q, Q);
             gemm(o_, att_, L.wo, n, Q, H);                                       // [n, H]
             emit(name + "o_proj", o_, n, H, H);
@@ -357,43 +485,41 @@ private:
             else add_rmsnorm(x_, o_, L.ff_norm, xn_, n, H, eps, stream_);
             emit(name + "out", x_, n, H, H);
         }
-        // Final norm and logits: the last position only, unless a hook wants all of them.
-        const int rows = hook ? n : 1;
-        const size_t first = (size_t)(n - rows) * H;
-        if (!olmo1) rmsnorm(xn_ + first, x_ + first, final_norm_, rows, H, H, H, eps, stream_);
+        // Final norm and logits of each sequence's last row (prefill: row n-1; decode: all rows),
+        // and of every row when a hook wants them.
+        const int first = prefill ? (hook ? 0 : n - 1) : 0, rows = n - first;
+        if (!olmo1) rmsnorm(xn_ + (size_t)first * H, x_ + (size_t)first * H, final_norm_, rows, H, H, H, eps, stream_);
         // (OLMo-1: xn_ already holds LN(x) from the last add_layernorm)
-        emit("final_norm", xn_ + first, rows, H, H);
+        emit("final_norm", xn_ + (size_t)first * H, rows, H, H);
         if (hook) {   // every position's logits, in a temporary buffer (tests only, never in a graph)
             float* all = nullptr;
             cudaCheck(cudaMalloc(&all, sizeof(float) * rows * c_.vocab));
-            gemm(all, xn_ + first, lm_head_, rows, H, c_.vocab);                 // [rows, V] fp32
+            gemm(all, xn_ + (size_t)first * H, lm_head_, rows, H, c_.vocab);   // [rows, V] fp32
             emit("logits", all, rows, c_.vocab, c_.vocab);
             cudaCheck(cudaFree(all));
         }
-        gemm(logits_, xn_ + (size_t)(n - 1) * H, lm_head_, 1, H, c_.vocab);      // [1, V] fp32
-        if (sample) {
-            if (sampling_.temperature <= 0.0f) argmax(next_id_, logits_, c_.vocab, stream_);
-            else olmo::sample(next_id_, logits_, c_.vocab, SamplerParams{sampling_.temperature, sampling_.top_k, sampling_.top_p},
-                        sampling_.seed, step_dev_, stream_);
-        }
+        const int out_rows = prefill ? 1 : batch;
+        gemm(logits_, xn_ + (size_t)(n - out_rows) * H, lm_head_, out_rows, H, c_.vocab);   // [out_rows, V] fp32
     }
 
     ModelConfig c_;
+    int max_batch_, chunk_ = 0, stride_ = 0;
+    size_t meta_ints_ = 0;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
-    Arena weights_, buffers_;
+    Arena weights_, buffers_, kv_arena_;
     std::vector<GpuLayer<T>> layers_;
     T *embed_ = nullptr, *lm_head_ = nullptr, *final_norm_ = nullptr;
     float* x_;
     T *xn_, *qkv_, *q_, *att_, *o_, *gu_, *a_;
     float* logits_;
-    int *ids_, *pos_, *next_id_, *step_dev_;
+    int* next_ids_;
+    int* meta_base_;
+    StepMeta meta_;
     char *attn_ws_, *cublas_ws_;
-    int* host_io_ = nullptr;   // pinned: [pos, step, ids...]
-    SamplingParams sampling_, graph_sampling_;
-    uint64_t step_ = 0;
-    cudaGraphExec_t graph_exec_ = nullptr;
-    bool graph_sample_ = false;
+    int* host_meta_ = nullptr;   // pinned mirror of the StepMeta block
+    int* host_ids_ = nullptr;    // pinned: sampled ids coming back
+    std::vector<Graph> graphs_;
 };
 
 }  // namespace
@@ -403,14 +529,15 @@ bool cuda_available() {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt) {
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt,
+                                         int kv_blocks, int max_batch) {
     if (!cuda_available()) fail("no CUDA device available");
     switch (dt) {
-        case DeviceDType::F32: return std::make_unique<CudaEngine<float>>(c, ck, max_seq);
-        case DeviceDType::F16: return std::make_unique<CudaEngine<__half>>(c, ck, max_seq);
+        case DeviceDType::F32: return std::make_unique<CudaEngine<float>>(c, ck, max_seq, kv_blocks, max_batch);
+        case DeviceDType::F16: return std::make_unique<CudaEngine<__half>>(c, ck, max_seq, kv_blocks, max_batch);
         case DeviceDType::BF16: break;
     }
-    return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq);
+    return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch);
 }
 
 }  // namespace olmo

@@ -51,6 +51,17 @@ inline Diff compare(const float* got, const float* want, size_t n) {
     return d;
 }
 
+// A fixture folder: config, checkpoint and goldens.
+struct Fixture {
+    std::string dir;
+    ModelConfig cfg;
+    Checkpoint ckpt;
+    SafeTensorsFile golden;
+    explicit Fixture(const std::string& name)
+        : dir("tests/fixtures/" + name), cfg(load_config(dir)), ckpt(dir), golden(dir + "/golden.safetensors") {}
+    int seq_len() const { return (int)golden.find("prompt_ids")->numel() + 64; }
+};
+
 // Worst rel-L2 per op family ("q_rope", "mlp", "logits", ...) for the closing report.
 using FamilyWorst = std::map<std::string, double>;
 

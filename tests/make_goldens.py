@@ -647,6 +647,12 @@ def main_checkpoint(args):
         p = torch.tensor(sp.encode(text), dtype=torch.int32)
         g[f"prompt48_{k}"] = p
         g[f"greedy48_{k}"] = generate(model, p, eos, max_new_tokens=48)[0, len(p):].to(torch.int32)
+    for k, text in enumerate(args.beam_prompt):   # beam search references (issue 6)
+        p = torch.tensor(sp.encode(text), dtype=torch.int32)
+        g[f"beamprompt_{k}"] = p
+        for n in (2, 4):
+            g[f"beam{n}_{k}"] = generate(model, p, eos, num_beams=n, max_new_tokens=32)[0, len(p):].to(torch.int32)
+            print(f"  beam{n} '{text}': {g[f'beam{n}_{k}'].tolist()}")
     if info["min_greedy_gap"] <= MIN_GAP:
         print(f"  WARNING: near-tie in the greedy run (gap {info['min_greedy_gap']:.3g})")
     os.makedirs(args.out, exist_ok=True)
@@ -662,6 +668,8 @@ def main():
     ap.add_argument("--model", help="mode 2: checkpoint directory")
     ap.add_argument("--sp-model", help="mode 2: sentencepiece .model")
     ap.add_argument("--prompt", help="mode 2: prompt text")
+    ap.add_argument("--beam-prompt", action="append", default=[],
+                    help="mode 2: a prompt for the beam2_{k}/beam4_{k} references (32 new tokens)")
     ap.add_argument("--out", help="mode 2: output directory for golden.safetensors")
     ap.add_argument("--greedy-prompt", action="append", default=[], help="mode 2: extra 48-token greedy prompt")
     args = ap.parse_args()

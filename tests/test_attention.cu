@@ -1,17 +1,28 @@
 // test_attention.cu: the attention kernels (kernels/attention.cuh) against olmo::cpu::attention.
 //
-// Each case draws fresh normal inputs, rounds them to the storage type (the CPU reference
-// gets the same rounded values), poisons the cache rows past the live length and the output
-// with NaN, runs one kernel, and checks every element: finite, rel-L2 and max-abs under the
-// type's tolerance. Shapes cover n_q = 1, odd n_q, n_q not a tile multiple, GQA ratios
-// 1/2/4/5/8, hd 64/128, windows shorter than n_q, chunks appended at pos0 > 0 and caches of
-// 3000+ keys for decode; for each dtype (float, __half, __nv_bfloat16). Cross-checks: decode ==
-// prefill for n_q = 1, and naive == flash prefill.
+// Every case reads K/V through a random block table: each sequence's blocks are drawn from a
+// shuffled pool half again larger than needed, so they are scattered and out of order. Pool
+// rows that hold no live position are NaN: unused blocks, the tail of a sequence's last block,
+// and the blocks a sliding window released (never allocated; the table marks them -1). So are
+// guard rows before and after the pool (where a -1 entry used as a block number would land),
+// and table entries past a sequence's last block point at unused (NaN) blocks. The output is
+// NaN-poisoned before each run. Each case draws fresh normal inputs rounded to the storage
+// type (the CPU reference gets the same rounded values) and checks every output element:
+// finite, rel-L2 and max-abs under the type's tolerance.
+// Prefill cases (one sequence): n_q = 1, odd n_q, n_q not a tile multiple, GQA 1/2/4/5/8,
+// hd 64/128, windows shorter than n_q, chunks appended at pos0 > 0, block sizes 8 .. 128.
+// Decode cases: single long sequences (3000+ keys) and batches of mixed lengths (1, 17, 300 and
+// 2049 keys; 37 and 40 random lengths), n_q 1-3, GQA 1/2/4/5/8, hd 64/128, windows. For each
+// dtype (float, __half, __nv_bfloat16). Cross-checks: decode == prefill run per sequence,
+// naive == flash prefill; a CUDA graph of a batched decode replayed with new positions and
+// new tables.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,41 +41,62 @@ bool gpu_available() {
 #define SKIP_WITHOUT_GPU() \
     if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU present: attention kernel tests skipped"
 
-struct Shape {
-    int n_q, pos0, nH, nKV, hd, window, s_cap;
+struct Case {
+    std::vector<int> pos0;  // per sequence: position of its first query (batch = its size)
+    int n_q, nH, nKV, hd, window, s_cap, block_size;
     std::string str() const {
-        char b[160];
-        snprintf(b, sizeof b, "n_q=%d pos0=%d nH=%d nKV=%d hd=%d window=%d s_cap=%d", n_q, pos0, nH, nKV, hd, window,
-                 s_cap);
-        return b;
+        std::string p;
+        for (size_t b = 0; b < pos0.size() && b < 4; b++) p += (b ? "," : "") + std::to_string(pos0[b]);
+        if (pos0.size() > 4) p += ",... (" + std::to_string(pos0.size()) + ")";
+        char s[160];
+        snprintf(s, sizeof s, "pos0=%s n_q=%d nH=%d nKV=%d hd=%d win=%d s_cap=%d bs=%d", p.c_str(), n_q, nH, nKV, hd,
+                 window, s_cap, block_size);
+        return s;
     }
 };
 
-// Prefill-like shapes (also run through the naive kernels).
-const Shape kPrefillShapes[] = {
-    // n_q pos0 nH nKV  hd  win s_cap
-    {1, 0, 4, 4, 64, 0, 16},            // one token, empty cache before it
-    {77, 0, 8, 8, 64, 0, 96},           // odd n_q, MHA
-    {200, 0, 8, 2, 128, 0, 256},        // GQA 4, n_q not a multiple of the tile
-    {130, 37, 8, 4, 128, 0, 200},       // GQA 2, chunk appended at pos0 = 37
-    {150, 100, 16, 2, 64, 50, 300},     // GQA 8, window 50 < n_q, cache offset
-    {61, 5, 10, 2, 128, 33, 70},        // GQA 5 (as 40 q / 8 kv heads), window
-    {257, 300, 4, 4, 128, 100, 600},    // window over a long offset: leading tiles skipped
-    {515, 0, 4, 4, 128, 0, 515},        // many full tiles, s_cap == n_q
-    {129, 3, 2, 1, 64, 0, 140},         // GQA 2 with a single KV head
+// Prefill-like cases (one sequence; also run through the naive kernels).
+const std::vector<Case> kPrefillCases = {
+    // pos0  n_q nH nKV  hd  win s_cap  bs
+    {{0}, 1, 4, 4, 64, 0, 16, 16},             // one token, empty cache before it
+    {{0}, 77, 8, 8, 64, 0, 96, 8},             // odd n_q, MHA
+    {{0}, 200, 8, 2, 128, 0, 256, 16},         // GQA 4, n_q not a multiple of the tile
+    {{37}, 130, 8, 4, 128, 0, 200, 32},        // GQA 2, chunk appended at pos0 = 37
+    {{100}, 150, 16, 2, 64, 50, 300, 16},      // GQA 8, window 50 < n_q: blocks before key 51 released
+    {{5}, 61, 10, 2, 128, 33, 70, 8},          // GQA 5 (as 40 q / 8 kv heads), window
+    {{300}, 257, 4, 4, 128, 100, 600, 16},     // window over a long offset: leading tiles skipped
+    {{0}, 515, 4, 4, 128, 0, 515, 128},        // many full tiles, s_cap == n_q, blocks > a tile
+    {{3}, 129, 2, 1, 64, 0, 140, 64},          // GQA 2 with a single KV head, block == tile
+    {{1000}, 300, 16, 2, 128, 256, 1400, 16},  // chunk at pos0 1000, window 256 (OLMo-3-like)
 };
 
-// Decode-like shapes: few query rows per KV head, long caches.
-const Shape kDecodeShapes[] = {
-    {1, 2999, 8, 8, 128, 0, 3000},      // MHA, 3000 keys
-    {1, 2999, 8, 4, 64, 0, 3072},       // GQA 2
-    {1, 2999, 8, 2, 128, 1000, 4000},   // GQA 4, window
-    {1, 2999, 8, 1, 128, 0, 3000},      // GQA 8
-    {1, 2999, 10, 2, 64, 0, 3100},      // GQA 5
-    {1, 0, 4, 4, 128, 0, 64},           // first token
-    {1, 100, 8, 2, 128, 0, 40000},      // short live length in a big cache: dead splits exit
-    {2, 500, 16, 2, 128, 0, 600},       // n_q 2 x group 8 = 16 rows
-    {3, 700, 4, 1, 64, 300, 800},       // n_q 3, window
+// `batch` random lengths in 1 .. max_len (positions of the one query: length - 1).
+std::vector<int> random_pos0(int batch, int max_len, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int> p(batch);
+    for (int& x : p) x = std::uniform_int_distribution<int>(0, max_len - 1)(rng);
+    return p;
+}
+
+// Decode-like cases: few query rows per KV head; long caches; batches of mixed lengths.
+const std::vector<Case> kDecodeCases = {
+    {{2999}, 1, 8, 8, 128, 0, 3000, 16},                 // MHA, 3000 keys
+    {{2999}, 1, 8, 4, 64, 0, 3072, 8},                   // GQA 2
+    {{2999}, 1, 8, 2, 128, 1000, 4000, 16},              // GQA 4, window: blocks before key 2000 released
+    {{2999}, 1, 8, 1, 128, 0, 3000, 128},                // GQA 8
+    {{2999}, 1, 10, 2, 64, 0, 3100, 32},                 // GQA 5
+    {{0}, 1, 4, 4, 128, 0, 64, 16},                      // first token
+    {{100}, 1, 8, 2, 128, 0, 40000, 16},                 // short live length in a big cache: idle slots exit
+    {{500}, 2, 16, 2, 128, 0, 600, 16},                  // n_q 2 x group 8 = 16 rows
+    {{700}, 3, 4, 1, 64, 300, 800, 8},                   // n_q 3, window
+    {{0, 16, 299, 2048}, 1, 8, 8, 128, 0, 2049, 16},     // batch of 1, 17, 300, 2049 keys: MHA
+    {{2048, 0, 299, 16}, 1, 8, 4, 64, 0, 2100, 16},      // GQA 2, hd 64
+    {{16, 2048, 0, 299}, 1, 16, 4, 128, 0, 2049, 8},     // GQA 4
+    {{299, 16, 2048, 0}, 1, 16, 2, 128, 0, 2049, 64},    // GQA 8
+    {{0, 16, 299, 2048}, 1, 8, 1, 64, 100, 2049, 16},    // GQA 8, window 100: released blocks
+    {{0, 16, 299, 2048}, 2, 8, 2, 128, 64, 2050, 32},    // n_q 2, window 64
+    {random_pos0(37, 1500, 1), 1, 8, 2, 64, 0, 1500, 16},      // 37 sequences: the slot plan spans 2 warps' worth
+    {random_pos0(40, 3000, 2), 1, 40, 8, 128, 256, 3000, 16},  // 40 sequences, OLMo-3-like 40/8 heads, window
 };
 
 template <typename T> struct Tol;
@@ -80,6 +112,7 @@ template <typename T> T from_f(float x) {
     else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
     else return __float2bfloat16_rn(x);
 }
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 template <typename T>
 struct DeviceBuffer {
@@ -90,45 +123,100 @@ struct DeviceBuffer {
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
     void poison() { cudaCheck(cudaMemset(ptr, 0xFF, n * sizeof(T))); }  // all-ones bits: NaN in every dtype
+    void upload(const std::vector<T>& h) {
+        ASSERT_LE(h.size(), n);
+        cudaCheck(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
 };
 
-// One attention problem on the host (rounded to T, as float) and the device.
+// Blocks of sequence b: positions 0 .. pos0+n_q-1; those wholly before the first query's
+// window are released (as KvCache::commit does before this step).
+int blocks_of(const Case& c, int b) { return (c.pos0[b] + c.n_q + c.block_size - 1) / c.block_size; }
+bool released(const Case& c, int b, int block) {
+    return c.window > 0 && (block + 1) * c.block_size <= c.pos0[b] - c.window + 1;
+}
+int live_blocks(const Case& c) {
+    int n = 0;
+    for (size_t b = 0; b < c.pos0.size(); b++)
+        for (int j = 0; j < blocks_of(c, b); j++) n += !released(c, b, j);
+    return n;
+}
+
+// One batched attention problem on the host (rounded to T, as float) and the device.
 template <typename T>
 struct Problem {
-    Shape s;
-    std::vector<float> q, k, v;  // q [n_q, nH*hd]; k, v [pos0+n_q, nKV*hd] (the live rows)
-    DeviceBuffer<T> dq, dk, dv, dout;
-    DeviceBuffer<int> dpos;
+    static constexpr int kGuard = 128;  // NaN rows around the pool (>= any block size)
+    Case c;
+    int batch, stride, pool_blocks;
+    int64_t ld;
+    DeviceBuffer<T> dq, dk, dv, dout;  // dk, dv: kGuard rows, the pool, kGuard rows
+    DeviceBuffer<int> dpos, dtable;
+    std::vector<int> table;      // [batch, stride]
+    std::vector<float> q, k, v;  // q [batch*n_q, nH*hd]; k, v the pool [pool_blocks*bs, nKV*hd]
 
-    Problem(const Shape& shape, uint32_t seed)
-        : s(shape), dq((size_t)s.n_q * s.nH * s.hd), dk((size_t)s.s_cap * s.nKV * s.hd),
-          dv((size_t)s.s_cap * s.nKV * s.hd), dout((size_t)s.n_q * s.nH * s.hd), dpos(1) {
+    Problem(const Case& cs, uint32_t seed)
+        : c(cs), batch((int)cs.pos0.size()), stride((cs.s_cap + cs.block_size - 1) / cs.block_size + 3),
+          pool_blocks(live_blocks(cs) * 3 / 2 + 4), ld((int64_t)cs.nKV * cs.hd),
+          dq((size_t)batch * cs.n_q * cs.nH * cs.hd), dk((2 * kGuard + (size_t)pool_blocks * cs.block_size) * ld),
+          dv(dk.n), dout(dq.n), dpos(batch), dtable((size_t)batch * stride) {
+        deal(cs.pos0, seed);
+    }
+
+    // New positions (same batch, fitting the pool), a new random table, new inputs.
+    void deal(const std::vector<int>& pos0, uint32_t seed) {
+        ASSERT_EQ((int)pos0.size(), batch);
+        c.pos0 = pos0;
+        ASSERT_LE(live_blocks(c) + 1, pool_blocks);
         std::mt19937 rng(seed);
         std::normal_distribution<float> normal(0.0f, 1.0f);
-        const size_t live = (size_t)(s.pos0 + s.n_q) * s.nKV * s.hd;
-        q = upload(dq, dq.n, rng, normal);
-        dk.poison();  // rows past the live length stay NaN
-        dv.poison();
-        k = upload(dk, live, rng, normal);
-        v = upload(dv, live, rng, normal);
-        cudaCheck(cudaMemcpy(dpos.ptr, &s.pos0, sizeof(int), cudaMemcpyHostToDevice));
+        std::vector<int> perm(pool_blocks);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        const int bs = c.block_size;
+        int used = 0;
+        table.assign((size_t)batch * stride, 0);
+        for (int b = 0; b < batch; b++)
+            for (int j = 0; j < blocks_of(c, b); j++) table[b * stride + j] = released(c, b, j) ? -1 : perm[used++];
+        for (int b = 0; b < batch; b++)  // entries past the last block: unused (NaN) blocks
+            for (int j = blocks_of(c, b); j < stride; j++)
+                table[b * stride + j] = perm[used + (int)(rng() % (pool_blocks - used))];
+
+        const size_t pool_rows = (size_t)pool_blocks * bs;
+        std::vector<T> hk((2 * kGuard + pool_rows) * ld, from_f<T>(kNaN)), hv(hk.size(), from_f<T>(kNaN));
+        k.assign(pool_rows * ld, kNaN);
+        v.assign(pool_rows * ld, kNaN);
+        for (int b = 0; b < batch; b++)
+            for (int pos = 0; pos < c.pos0[b] + c.n_q; pos++) {
+                const int block = table[b * stride + pos / bs];
+                if (block < 0) continue;
+                const int64_t row = (int64_t)block * bs + pos % bs;
+                for (int64_t i = row * ld; i < (row + 1) * ld; i++) {
+                    k[i] = to_f(hk[kGuard * ld + i] = from_f<T>(normal(rng)));
+                    v[i] = to_f(hv[kGuard * ld + i] = from_f<T>(normal(rng)));
+                }
+            }
+        std::vector<T> hq(dq.n);
+        q.resize(dq.n);
+        for (size_t i = 0; i < hq.size(); i++) q[i] = to_f(hq[i] = from_f<T>(normal(rng)));
+        dq.upload(hq);
+        dk.upload(hk);
+        dv.upload(hv);
+        dpos.upload(c.pos0);
+        dtable.upload(table);
     }
-    static std::vector<float> upload(DeviceBuffer<T>& d, size_t n, std::mt19937& rng, std::normal_distribution<float>& dist) {
-        std::vector<T> h(n);
-        std::vector<float> f(n);
-        for (size_t i = 0; i < n; i++) f[i] = to_f(h[i] = from_f<T>(dist(rng)));
-        cudaCheck(cudaMemcpy(d.ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-        return f;
-    }
-    float scale() const { return 1.0f / std::sqrt((float)s.hd); }
+
+    float scale() const { return 1.0f / std::sqrt((float)c.hd); }
     AttnParams<T> params() const {
-        return {dq.ptr, dk.ptr, dv.ptr, dout.ptr, s.n_q, dpos.ptr, s.nH, s.nKV, s.hd, s.window, scale(), s.s_cap};
+        return {dq.ptr,  dk.ptr + kGuard * ld, dv.ptr + kGuard * ld, dout.ptr,     c.n_q,
+                dpos.ptr, c.nH, c.nKV, c.hd, c.window, scale(), c.s_cap, dtable.ptr, stride, c.block_size, batch};
     }
-    // The CPU result for queries at pos0 (the shape's by default; any smaller one also works).
-    std::vector<float> reference(int pos0 = -1) const {
+    // The CPU result, sequence by sequence through the same table.
+    std::vector<float> reference() const {
         std::vector<float> out(dout.n);
-        cpu::attention(out.data(), q.data(), k.data(), v.data(), s.n_q, pos0 < 0 ? s.pos0 : pos0, s.nH, s.nKV, s.hd,
-                       s.window, scale());
+        const size_t per_seq = (size_t)c.n_q * c.nH * c.hd;
+        for (int b = 0; b < batch; b++)
+            cpu::attention(out.data() + b * per_seq, q.data() + b * per_seq, k.data(), v.data(), c.n_q, c.pos0[b], c.nH,
+                           c.nKV, c.hd, c.window, scale(), table.data() + (size_t)b * stride, c.block_size);
         return out;
     }
     // Poisons the output, runs `kernel`, returns the output as float.
@@ -167,25 +255,32 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
     EXPECT_EQ(bad, 0u) << what << ": " << bad << " non-finite outputs, first at " << first_bad;
     EXPECT_LE(rel, rel_tol) << what << ": rel-L2 " << rel;
     EXPECT_LE(max_abs, abs_tol) << what << ": max-abs " << max_abs;
-    printf("  %-72s rel-L2 %.2e  max-abs %.2e\n", what.c_str(), rel, max_abs);
+    printf("  %-90s rel-L2 %.2e  max-abs %.2e\n", what.c_str(), rel, max_abs);
 }
 
 template <typename T>
 void run_naive(const AttnParams<T>& p) {
-    DeviceBuffer<float> ws(attention_naive_workspace_bytes(p.n_q, p.nH, p.s_cap) / sizeof(float));
+    DeviceBuffer<float> ws(attention_naive_workspace_bytes(p.batch, p.n_q, p.nH, p.s_cap) / sizeof(float));
     attention_naive(p, ws.ptr, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
 template <typename T>
 void run_decode(const AttnParams<T>& p) {
-    DeviceBuffer<char> ws(attention_decode_workspace_bytes(p.nH, p.hd, p.s_cap, p.n_q));
+    DeviceBuffer<char> ws(attention_decode_workspace_bytes(p.nH, p.hd, p.s_cap, p.batch, p.n_q));
     ws.poison();  // the combine must read only what the split kernel wrote
     attention_decode(p, ws.ptr, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
+// Prefill takes one sequence per call: sequence b's rows of q and out, its pos0 and table row.
 template <typename T>
 void run_prefill(const AttnParams<T>& p) {
-    attention_prefill(p, 0);
+    const int64_t per_seq = (int64_t)p.n_q * p.nH * p.hd;
+    for (int b = 0; b < p.batch; b++) {
+        AttnParams<T> s = p;
+        s.q += b * per_seq, s.out += b * per_seq, s.pos0 += b, s.block_table += (int64_t)b * p.table_stride;
+        s.batch = 1;
+        attention_prefill(s, 0);
+    }
 }
 
 template <typename T>
@@ -193,110 +288,121 @@ class Attention : public ::testing::Test {};
 using DTypes = ::testing::Types<float, __half, __nv_bfloat16>;
 TYPED_TEST_SUITE(Attention, DTypes);
 
+// Runs `kernel` on each case (fresh inputs, seeds from seed0) and checks it against the CPU.
+template <typename T, typename F>
+void check_cases(const std::vector<Case>& cases, uint32_t seed0, const char* what, F kernel) {
+    uint32_t seed = seed0;
+    for (const Case& c : cases) {
+        Problem<T> pr(c, seed++);
+        expect_close(pr.run(kernel), pr.reference(), Tol<T>::rel, Tol<T>::abs,
+                     std::string(what) + " " + Tol<T>::name + " " + c.str());
+    }
+}
+
 TYPED_TEST(Attention, NaiveMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    uint32_t seed = 1;
-    for (const Shape& s : kPrefillShapes) {
-        Problem<TypeParam> pr(s, seed++);
-        expect_close(pr.run(run_naive<TypeParam>), pr.reference(), Tol<TypeParam>::rel, Tol<TypeParam>::abs,
-                     std::string("naive ") + Tol<TypeParam>::name + " " + s.str());
-    }
+    check_cases<TypeParam>(kPrefillCases, 1, "naive", run_naive<TypeParam>);
+    check_cases<TypeParam>(kDecodeCases, 50, "naive", run_naive<TypeParam>);
 }
 
 TYPED_TEST(Attention, PrefillMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    uint32_t seed = 100;
-    for (const Shape& s : kPrefillShapes) {
-        Problem<TypeParam> pr(s, seed++);
-        expect_close(pr.run(run_prefill<TypeParam>), pr.reference(), Tol<TypeParam>::rel, Tol<TypeParam>::abs,
-                     std::string("prefill ") + Tol<TypeParam>::name + " " + s.str());
-    }
+    check_cases<TypeParam>(kPrefillCases, 100, "prefill", run_prefill<TypeParam>);
 }
 
-TYPED_TEST(Attention, PrefillOnDecodeShapesMatchesCpu) {
+TYPED_TEST(Attention, PrefillOnDecodeCasesMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    uint32_t seed = 200;
-    for (const Shape& s : kDecodeShapes) {
-        Problem<TypeParam> pr(s, seed++);
-        expect_close(pr.run(run_prefill<TypeParam>), pr.reference(), Tol<TypeParam>::rel, Tol<TypeParam>::abs,
-                     std::string("prefill ") + Tol<TypeParam>::name + " " + s.str());
-    }
+    check_cases<TypeParam>(kDecodeCases, 200, "prefill", run_prefill<TypeParam>);
 }
 
 TYPED_TEST(Attention, DecodeMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    uint32_t seed = 300;
-    for (const Shape& s : kDecodeShapes) {
-        Problem<TypeParam> pr(s, seed++);
-        expect_close(pr.run(run_decode<TypeParam>), pr.reference(), Tol<TypeParam>::rel, Tol<TypeParam>::abs,
-                     std::string("decode ") + Tol<TypeParam>::name + " " + s.str());
-    }
+    check_cases<TypeParam>(kDecodeCases, 300, "decode", run_decode<TypeParam>);
 }
 
-// Same inputs through two GPU paths: decode == prefill (n_q = 1), naive == flash prefill.
+// Same inputs through two GPU paths: batched decode == prefill per sequence, naive == flash prefill.
 TYPED_TEST(Attention, DecodeEqualsPrefill) {
     SKIP_WITHOUT_GPU();
     uint32_t seed = 400;
-    for (const Shape& s : kDecodeShapes) {
-        if (s.n_q != 1) continue;
-        Problem<TypeParam> pr(s, seed++);
+    for (const Case& c : kDecodeCases) {
+        Problem<TypeParam> pr(c, seed++);
         const std::vector<float> a = pr.run(run_prefill<TypeParam>), b = pr.run(run_decode<TypeParam>);
         expect_close(b, a, Tol<TypeParam>::rel, Tol<TypeParam>::abs,
-                     std::string("decode vs prefill ") + Tol<TypeParam>::name + " " + s.str());
+                     std::string("decode vs prefill ") + Tol<TypeParam>::name + " " + c.str());
     }
 }
 
 TYPED_TEST(Attention, NaiveEqualsFlash) {
     SKIP_WITHOUT_GPU();
     uint32_t seed = 500;
-    for (const Shape& s : kPrefillShapes) {
-        Problem<TypeParam> pr(s, seed++);
+    for (const Case& c : kPrefillCases) {
+        Problem<TypeParam> pr(c, seed++);
         const std::vector<float> a = pr.run(run_naive<TypeParam>), b = pr.run(run_prefill<TypeParam>);
         expect_close(b, a, Tol<TypeParam>::rel, Tol<TypeParam>::abs,
-                     std::string("flash vs naive ") + Tol<TypeParam>::name + " " + s.str());
+                     std::string("flash vs naive ") + Tol<TypeParam>::name + " " + c.str());
     }
 }
 
-// Decode captured once in a CUDA graph, replayed with new positions written to *pos0: the
-// launch shape must not depend on the position, and rows past it must be ignored.
-TEST(AttentionGraph, DecodeReplaysWithNewPositions) {
+// A batched decode captured once in a CUDA graph (as the engine does, possibly the first call:
+// one-time setup inside), replayed after new positions, a new table and new K/V were written
+// to the same buffers: the launch shape must not depend on them.
+TEST(AttentionGraph, BatchedDecodeReplaysWithNewPositionsAndTables) {
     SKIP_WITHOUT_GPU();
     using T = __nv_bfloat16;
-    Problem<T> pr({1, 1999, 8, 2, 128, 0, 2048}, 11);  // cache rows 0..1999 hold real values
-    DeviceBuffer<char> ws(attention_decode_workspace_bytes(8, 128, 2048));
-    cudaStream_t stream;
-    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaGraph_t graph;  // captured as the engine does, possibly the first call (one-time setup inside)
-    cudaGraphExec_t exec;
-    cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    attention_decode(pr.params(), ws.ptr, stream);
-    cudaCheck(cudaStreamEndCapture(stream, &graph));
-    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
-    for (int pos : {5, 700, 1999, 64}) {
-        cudaCheck(cudaMemcpy(pr.dpos.ptr, &pos, sizeof(int), cudaMemcpyHostToDevice));
-        pr.dout.poison();
-        cudaCheck(cudaGraphLaunch(exec, stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        expect_close(pr.output(), pr.reference(pos), Tol<T>::rel, Tol<T>::abs,
-                     "graph replay decode bf16 pos0=" + std::to_string(pos));
+    const Case cases[] = {
+        {{1999, 1500, 1000, 2047}, 1, 8, 2, 128, 0, 2048, 16},   // pos0 sets the pool's capacity
+        {{1999, 1500, 1000, 2047}, 1, 40, 8, 128, 256, 2048, 16},  // window: -1 entries move too
+    };
+    const std::vector<int> replays[] = {{5, 700, 1999, 64}, {2047, 0, 1, 300}, {100, 100, 100, 100}, {1999, 1500, 1000, 2047}};
+    uint32_t seed = 11;
+    for (const Case& c : cases) {
+        Problem<T> pr(c, seed++);
+        DeviceBuffer<char> ws(attention_decode_workspace_bytes(c.nH, c.hd, c.s_cap, pr.batch));
+        cudaStream_t stream;
+        cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        attention_decode(pr.params(), ws.ptr, stream);
+        cudaCheck(cudaStreamEndCapture(stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+        for (const std::vector<int>& pos0 : replays) {
+            pr.deal(pos0, seed++);
+            pr.dout.poison();
+            cudaCheck(cudaGraphLaunch(exec, stream));
+            cudaCheck(cudaStreamSynchronize(stream));
+            Case now = c;
+            now.pos0 = pos0;
+            expect_close(pr.output(), pr.reference(), Tol<T>::rel, Tol<T>::abs, "graph replay decode bf16 " + now.str());
+        }
+        cudaCheck(cudaGraphExecDestroy(exec));
+        cudaCheck(cudaGraphDestroy(graph));
+        cudaCheck(cudaStreamDestroy(stream));
     }
-    cudaCheck(cudaGraphExecDestroy(exec));
-    cudaCheck(cudaGraphDestroy(graph));
-    cudaCheck(cudaStreamDestroy(stream));
 }
 
 TEST(AttentionArgs, RejectsBadShapes) {
     SKIP_WITHOUT_GPU();
-    Problem<__nv_bfloat16> pr({4, 0, 8, 8, 128, 0, 16}, 7);
-    AttnParams<__nv_bfloat16> p = pr.params();
-    p.hd = 96;
-    EXPECT_THROW(attention_prefill(p, 0), Error);
-    p = pr.params();
-    p.nKV = 3;
-    EXPECT_THROW(attention_prefill(p, 0), Error);
-    p = pr.params();
-    p.n_q = 3, p.nKV = 1;  // 3 tokens x 8 heads = 24 rows per KV head: too many for decode
-    EXPECT_THROW(attention_decode(p, nullptr, 0), Error);
+    Problem<__nv_bfloat16> pr({{0, 4}, 4, 8, 8, 128, 0, 16, 8}, 7);
+    using P = AttnParams<__nv_bfloat16>;
+    auto bad = [&](void (*edit)(P&)) {
+        P p = pr.params();
+        edit(p);
+        return p;
+    };
+    P one = pr.params();
+    one.batch = 1;
+    EXPECT_NO_THROW(attention_prefill(one, 0));
+    EXPECT_THROW(attention_prefill(pr.params(), 0), Error);  // prefill takes one sequence
+    EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.hd = 96; }), 0), Error);
+    EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.nKV = 3; }), 0), Error);
+    EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.block_size = 24; }), 0), Error);
+    EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.block_size = 4; }), 0), Error);
+    EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.block_table = nullptr; }), 0), Error);
+    EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.table_stride = 1; }), 0), Error);  // 8 < s_cap 16
+    EXPECT_THROW(attention_decode(bad([](P& p) { p.batch = 0; }), nullptr, 0), Error);
+    // 3 tokens x 8 heads = 24 rows per KV head: too many for decode
+    EXPECT_THROW(attention_decode(bad([](P& p) { p.n_q = 3, p.nKV = 1; }), nullptr, 0), Error);
 }
 
 }  // namespace

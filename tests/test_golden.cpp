@@ -9,16 +9,6 @@ using namespace olmo::test;
 
 namespace {
 
-struct Fixture {
-    std::string dir;
-    ModelConfig cfg;
-    Checkpoint ckpt;
-    SafeTensorsFile golden;
-    explicit Fixture(const std::string& name)
-        : dir("tests/fixtures/" + name), cfg(load_config(dir)), ckpt(dir), golden(dir + "/golden.safetensors") {}
-    int seq_len() const { return (int)golden.find("prompt_ids")->numel() + 64; }
-};
-
 void print_worst(const std::string& what, const FamilyWorst& w) {
     std::string line = what + " worst rel-L2:";
     char buf[64];

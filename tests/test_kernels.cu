@@ -337,16 +337,22 @@ TYPED_TEST(Kernels, RopeQKV) {
     for (const Case c : {Case{1, 8, 8, 64, 0, 1e4, 1.0f}, Case{1, 32, 8, 128, 40000, 5e5, yarn},
                          Case{7, 16, 4, 128, 5, 5e5, 1.0f}, Case{33, 8, 1, 64, 40000, 1e4, 1.0f},
                          Case{5, 4, 2, 128, 65530, 5e5, yarn}}) {
-        const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV, s_cap = c.pos0 + c.rows + 2;
+        const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV, pool_rows = 3 * c.rows + 2;
         std::vector<float> inv_freq(c.hd / 2);
         for (int d = 0; d < c.hd / 2; d++) inv_freq[d] = (float)(1.0 / std::pow(c.theta, 2.0 * d / c.hd));
         const std::vector<float> qkv = rounded<T>(randn((size_t)c.rows * QKV, this->rng, 0.0f, 2.0f));
+        // Token r has position pos0 + r and goes to a scattered pool row (a paged cache).
+        std::vector<int> pos(c.rows), rows(pool_rows);
+        for (int r = 0; r < c.rows; r++) pos[r] = c.pos0 + r;
+        std::iota(rows.begin(), rows.end(), 0);
+        std::shuffle(rows.begin(), rows.end(), this->rng);
+        rows.resize(c.rows);
         DeviceArray<T> d_qkv(to_dtype<T>(qkv)), d_q((size_t)c.rows * Q);
-        DeviceArray<T> d_k((size_t)s_cap * KV), d_v((size_t)s_cap * KV);
+        DeviceArray<T> d_k((size_t)pool_rows * KV), d_v((size_t)pool_rows * KV);
         DeviceArray<float> d_inv(inv_freq);
-        DeviceArray<int> d_pos(std::vector<int>{c.pos0});
-        rope_qkv(RopeParams<T>{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), c.nH, c.nKV, c.hd,
-                               d_inv.get(), c.attn_factor},
+        DeviceArray<int> d_pos(pos), d_rows(rows);
+        rope_qkv(RopeParams<T>{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), d_rows.get(), c.nH,
+                               c.nKV, c.hd, d_inv.get(), c.attn_factor},
                  0);
 
         std::vector<float> q, k, v;  // the CPU reference: split, then rotate q and k in place
@@ -360,17 +366,21 @@ TYPED_TEST(Kernels, RopeQKV) {
         cpu::rope(k.data(), c.rows, c.nKV, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
 
         const std::vector<float> k_all = download_f32(d_k), v_all = download_f32(d_v);
-        const size_t first = (size_t)c.pos0 * KV, last = first + (size_t)c.rows * KV;
-        size_t touched_elsewhere = 0;  // cache rows other than pos0 .. pos0+rows-1 must stay NaN
+        std::vector<float> k_got, v_got;
+        std::vector<bool> written(pool_rows, false);
+        for (int r = 0; r < c.rows; r++) {
+            k_got.insert(k_got.end(), k_all.begin() + (size_t)rows[r] * KV, k_all.begin() + (size_t)(rows[r] + 1) * KV);
+            v_got.insert(v_got.end(), v_all.begin() + (size_t)rows[r] * KV, v_all.begin() + (size_t)(rows[r] + 1) * KV);
+            written[rows[r]] = true;
+        }
+        size_t touched_elsewhere = 0;  // pool rows nobody writes must stay NaN
         for (size_t i = 0; i < k_all.size(); i++)
-            if ((i < first || i >= last) && (!std::isnan(k_all[i]) || !std::isnan(v_all[i]))) touched_elsewhere++;
+            if (!written[i / KV] && (!std::isnan(k_all[i]) || !std::isnan(v_all[i]))) touched_elsewhere++;
         const std::string shape = fmt("rows=%d nH=%d nKV=%d hd=%d pos0=%d af=%.3f", c.rows, c.nH, c.nKV, c.hd, c.pos0,
                                       c.attn_factor);
         expect_close(download_f32(d_q), q, this->tol, this->name("rope q " + shape));
-        expect_close(std::vector<float>(k_all.begin() + first, k_all.begin() + last), k, this->tol,
-                     this->name("rope k " + shape));
-        expect_close(std::vector<float>(v_all.begin() + first, v_all.begin() + last), v, kExact,
-                     this->name("rope v " + shape));
+        expect_close(k_got, k, this->tol, this->name("rope k " + shape));
+        expect_close(v_got, v, kExact, this->name("rope v " + shape));
         EXPECT_EQ(touched_elsewhere, 0u) << "cache rows outside the written positions changed";
     }
 }
@@ -606,8 +616,10 @@ TEST_F(Timing, NormsRopeSwiglu) {
     const int H = 4096, I = 11008, nH = 32, hd = 128, QKV = 3 * nH * hd;
     const DeviceArray<T> w(to_dtype<T>(randn(H, rng, 1.0f, 0.1f)));
     DeviceArray<float> inv_freq(std::vector<float>(hd / 2, 0.01f));
-    DeviceArray<int> pos(std::vector<int>{100});
     for (int rows : {1, 4096}) {
+        std::vector<int> positions(rows);
+        std::iota(positions.begin(), positions.end(), 100);
+        DeviceArray<int> pos_rows(positions);   // positions double as pool rows here
         DeviceArray<T> x(to_dtype<T>(randn((size_t)rows * H, rng))), y(to_dtype<T>(randn((size_t)rows * H, rng)));
         DeviceArray<float> xf(randn((size_t)rows * H, rng));
         DeviceArray<T> qkv(to_dtype<T>(randn((size_t)rows * QKV, rng))), q((size_t)rows * nH * hd);
@@ -621,7 +633,7 @@ TEST_F(Timing, NormsRopeSwiglu) {
         report("rmsnorm", time_us([&] { rmsnorm(y.get(), x.get(), w.get(), rows, H, H, H, 1e-6f, 0); }), 2 * row_bytes);
         report("layernorm", time_us([&] { layernorm(y.get(), x.get(), rows, H, 1e-5f, 0); }), 2 * row_bytes);
         report("rope_qkv", time_us([&] {
-                   rope_qkv(RopeParams<T>{qkv.get(), q.get(), kc.get(), vc.get(), rows, pos.get(), nH, nH, hd,
+                   rope_qkv(RopeParams<T>{qkv.get(), q.get(), kc.get(), vc.get(), rows, pos_rows.get(), pos_rows.get(), nH, nH, hd,
                                           inv_freq.get(), 1.0f},
                             0);
                }),

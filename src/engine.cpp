@@ -1,0 +1,95 @@
+// engine.cpp: what both engines share: argument checks, KV-cache reservation (with copy on
+// write) around each compute call, and the single-sequence convenience API.
+#include "engine.h"
+
+#include <algorithm>
+
+#include "common.h"
+
+namespace olmo {
+
+void Engine::init_kv(const ModelConfig& c, int max_seq, int kv_blocks) {
+    max_seq_ = max_seq;
+    constexpr int kBlockSize = 16;
+    bool kinds[2] = {false, false};
+    for (int l = 0; l < c.n_layers; l++) kinds[c.layer_sliding[l] ? KvCache::kSliding : KvCache::kFull] = true;
+    const int per_seq = (max_seq + kBlockSize - 1) / kBlockSize + 1;   // +1: a copy-on-write spare
+    const int n = kv_blocks > 0 ? kv_blocks : per_seq;
+    kv_ = std::make_unique<KvCache>(std::array<int, 2>{kinds[0] ? n : 0, kinds[1] ? n : 0}, kBlockSize, c.sliding_window);
+    seq0_ = kv_->new_sequence();
+}
+
+void Engine::check_ids(const std::vector<int>& ids) const {
+    const int V = config().vocab;
+    for (int id : ids)
+        if (id < 0 || id >= V) fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+}
+
+void Engine::reserve(int seq, size_t n) {
+    if (!kv_->alive(seq)) fail("sequence " + std::to_string(seq) + " does not exist");
+    if (n == 0) fail("nothing to run: the token list is empty");
+    if (kv_->len(seq) + n > (size_t)max_seq_)
+        fail("sequence of " + std::to_string(kv_->len(seq) + n) + " tokens does not fit the context of " +
+             std::to_string(max_seq_) + " tokens (raise --max-seq-len, up to max_position_embeddings)");
+    for (const KvCache::Copy& c : kv_->reserve(seq, (int)n)) copy_block(c.kind, c.src, c.dst);
+    int used = 0;
+    for (int k = 0; k < 2; k++) used += kv_->total_blocks(k) - kv_->free_blocks(k);
+    peak_used_ = std::max(peak_used_, used);
+}
+
+std::vector<float> Engine::prefill(int seq, const std::vector<int>& ids) {
+    check_ids(ids);
+    reserve(seq, ids.size());
+    std::vector<float> logits(config().vocab);
+    prefill_impl(seq, ids, logits.data(), nullptr, SamplingParams{}, 0);
+    kv_->commit(seq, (int)ids.size());
+    return logits;
+}
+
+int Engine::prefill_sample(int seq, const std::vector<int>& ids, const SamplingParams& s, uint64_t step) {
+    check_ids(ids);
+    reserve(seq, ids.size());
+    int id = -1;
+    prefill_impl(seq, ids, nullptr, &id, s, step);
+    kv_->commit(seq, (int)ids.size());
+    return id;
+}
+
+std::vector<float> Engine::decode(const std::vector<int>& seqs, const std::vector<int>& ids) {
+    if (seqs.size() != ids.size()) fail("decode: one token per sequence");
+    check_ids(ids);
+    for (int s : seqs) reserve(s, 1);
+    std::vector<float> logits(seqs.size() * (size_t)config().vocab);
+    decode_impl(seqs, ids, logits.data(), nullptr, {}, {});
+    for (int s : seqs) kv_->commit(s, 1);
+    return logits;
+}
+
+std::vector<int> Engine::decode_sample(const std::vector<int>& seqs, const std::vector<int>& ids,
+                                       const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) {
+    if (seqs.size() != ids.size() || s.size() != ids.size() || steps.size() != ids.size())
+        fail("decode: one token, one sampler and one step per sequence");
+    check_ids(ids);
+    for (int q : seqs) reserve(q, 1);
+    std::vector<int> out(seqs.size());
+    decode_impl(seqs, ids, nullptr, out.data(), s, steps);
+    for (int q : seqs) kv_->commit(q, 1);
+    return out;
+}
+
+void Engine::reset() {
+    kv_->clear();
+    seq0_ = kv_->new_sequence();
+}
+
+std::vector<float> Engine::forward(const std::vector<int>& ids) {
+    if (ids.size() == 1 && n_past() > 0 && !hook) return decode({seq0_}, ids);
+    return prefill(seq0_, ids);
+}
+
+int Engine::forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step) {
+    if (ids.size() == 1 && n_past() > 0 && !hook) return decode_sample({seq0_}, ids, {s}, {step})[0];
+    return prefill_sample(seq0_, ids, s, step);
+}
+
+}  // namespace olmo

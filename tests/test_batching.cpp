@@ -1,0 +1,184 @@
+// test_batching.cpp: the paged KV cache (issue 6): block bookkeeping, forks and copy on write,
+// sliding-window release, pool exhaustion, no leaks over 1000 sequences; batched generation
+// equal to one-at-a-time generation; beam search equal to transformers' on every fixture and
+// the default model. CPU engine always; the CUDA engine (fp32 and bf16) when a GPU is present.
+#include <numeric>
+
+#include "generation.h"
+#include "golden.h"
+#include "test_util.h"
+#include "tokenizer.h"
+
+using namespace olmo;
+using namespace olmo::test;
+
+namespace {
+
+TEST(KvCache, BlocksForksCopyOnWriteAndRelease) {
+    KvCache kv({8, 0}, 4, 0);
+    int a = kv.new_sequence();
+    EXPECT_TRUE(kv.reserve(a, 6).empty());   // 2 blocks
+    kv.commit(a, 6);
+    EXPECT_EQ(kv.free_blocks(0), 6);
+    EXPECT_EQ(kv.row(a, 0, 5), kv.table(a, 0)[1] * 4 + 1);
+    int b = kv.fork(a);                       // shares both blocks
+    EXPECT_EQ(kv.free_blocks(0), 6);
+    auto copies = kv.reserve(b, 1);           // writes position 6: block 1 is shared -> copied
+    ASSERT_EQ(copies.size(), 1u);
+    EXPECT_EQ(copies[0].src, kv.table(a, 0)[1]);
+    EXPECT_EQ(copies[0].dst, kv.table(b, 0)[1]);
+    EXPECT_EQ(kv.table(a, 0)[0], kv.table(b, 0)[0]);   // block 0 still shared
+    kv.commit(b, 1);
+    EXPECT_TRUE(kv.reserve(a, 2).empty());     // a's block 1 is no longer shared; +0 blocks
+    kv.free(a);
+    kv.free(b);
+    EXPECT_EQ(kv.free_blocks(0), 8);
+}
+
+TEST(KvCache, ExhaustionIsAnErrorAndChangesNothing) {
+    KvCache kv({3, 0}, 4, 0);
+    int a = kv.new_sequence();
+    kv.reserve(a, 8);
+    kv.commit(a, 8);
+    int b = kv.new_sequence();
+    expect_error([&] { kv.reserve(b, 8); }, {"KV cache pool exhausted", "2 more blocks", "1 free of 3"});
+    EXPECT_EQ(kv.free_blocks(0), 1);
+    EXPECT_TRUE(kv.table(b, 0).empty());
+}
+
+TEST(KvCache, SlidingBlocksReturnToThePool) {
+    KvCache kv({16, 16}, 4, 6);                // window 6
+    int a = kv.new_sequence();
+    for (int pos = 0; pos < 40; pos++) {
+        kv.reserve(a, 1);
+        kv.commit(a, 1);
+        // The next query (position pos + 1) sees keys pos - 4 .. pos + 1: those rows stay.
+        for (int p = std::max(0, pos - 4); p <= pos; p++) EXPECT_GE(kv.row(a, KvCache::kSliding, p), 0);
+    }
+    EXPECT_EQ(kv.total_blocks(1) - kv.free_blocks(1), 2);   // only the window's blocks (32..39) are held
+    EXPECT_EQ(kv.free_blocks(0), 6);                          // full layers keep all 10
+    expect_error([&] { kv.row(a, KvCache::kSliding, 0); }, {"released"});
+}
+
+// A tiny random model for the engine-level tests.
+struct Tiny {
+    std::string dir = temp_dir();
+    ModelConfig cfg = [&] { write_random_checkpoint(dir, tiny_olmo2_config()); return load_config(dir); }();
+    Checkpoint ckpt{dir};
+};
+
+TEST(Engine, ThousandShortSequencesLeakNothing) {
+    Tiny t;
+    auto eng = make_cpu_engine(t.cfg, t.ckpt, 64, 40);
+    const int total = eng->kv_cache().total_blocks(0);
+    std::vector<Request> reqs;
+    for (int i = 0; i < 1000; i++) reqs.push_back({{1 + i % 50, 2, 3 + i % 7}, {}, 1 + i % 5});
+    auto out = generate(*eng, reqs, {});
+    for (int i = 0; i < 1000; i++) ASSERT_EQ((int)out[i].size(), 1 + i % 5);
+    EXPECT_EQ(eng->kv_cache().free_blocks(0), total);
+}
+
+TEST(Engine, RequestTooLargeForThePoolIsRefused) {
+    Tiny t;
+    auto eng = make_cpu_engine(t.cfg, t.ckpt, 64, 2);
+    expect_error([&] { generate(*eng, {{{1, 2, 3}, {}, 40}}, {}); }, {"does not fit the KV pool"});
+}
+
+// Batched greedy generation of several prompts equals generating each alone; with a pool too
+// small for all at once, requests queue and the results are still the same.
+void check_batched_equals_single(const std::function<std::unique_ptr<Engine>(int kv_blocks)>& make, int vocab) {
+    std::vector<Request> reqs;
+    std::mt19937 rng(7);
+    for (int len : {1, 5, 17, 33, 2, 64}) {
+        Request r;
+        for (int i = 0; i < len; i++) r.prompt.push_back(rng() % vocab);
+        r.max_new_tokens = 12 + len % 5;
+        reqs.push_back(r);
+    }
+    std::vector<std::vector<int>> alone;
+    auto eng = make(0);
+    for (const Request& r : reqs) alone.push_back(generate(*eng, {r}, {})[0]);
+    auto batched = make(64 * 6 / 16 + 12);
+    EXPECT_EQ(generate(*batched, reqs, {}), alone);
+    auto queued = make(12);   // room for about two requests at a time
+    EXPECT_EQ(generate(*queued, reqs, {}), alone);
+    EXPECT_EQ(queued->kv_cache().free_blocks(0), queued->kv_cache().total_blocks(0));
+}
+
+TEST(Engine, BatchedGreedyEqualsSingleCpu) {
+    Fixture f("olmo2_gqa");
+    check_batched_equals_single([&](int kv) { return make_cpu_engine(f.cfg, f.ckpt, 128, kv); }, f.cfg.vocab);
+}
+
+TEST(Engine, BatchedGreedyEqualsSingleGpu) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU batching test skipped";
+    for (const char* name : {"olmo2_gqa", "olmo3_swa_yarn"}) {
+        Fixture f(name);
+        check_batched_equals_single([&](int kv) { return make_cuda_engine(f.cfg, &f.ckpt, 128, DeviceDType::F32, kv, 8); },
+                                    f.cfg.vocab);
+    }
+}
+
+// Beam search ids equal transformers' generate(num_beams=N, do_sample=False).
+std::vector<int> until_eos(std::vector<int> ids, const std::vector<int>& eos) {
+    for (size_t i = 0; i < ids.size(); i++)
+        if (std::find(eos.begin(), eos.end(), ids[i]) != eos.end()) return std::vector<int>(ids.begin(), ids.begin() + i + 1);
+    return ids;
+}
+
+class Beams : public ::testing::TestWithParam<std::string> {};
+
+void check_beams(Engine& eng, const SafeTensorsFile& g, const std::vector<int>& prompt, const std::string& suffix,
+                 int max_new, const std::vector<int>& eos) {
+    for (int n : {2, 4}) {
+        const TensorView* want = g.find("beam" + std::to_string(n) + suffix);
+        ASSERT_NE(want, nullptr);
+        BeamResult r = beam_search(eng, prompt, n, max_new, 1.0f, eos);
+        EXPECT_EQ(r.tokens, until_eos(to_i32(*want), eos)) << n << " beams";
+    }
+    const KvCache& kv = eng.kv_cache();   // every beam's blocks went back to the pool
+    EXPECT_EQ(kv.free_blocks(0) + kv.free_blocks(1), kv.total_blocks(0) + kv.total_blocks(1));
+}
+
+TEST_P(Beams, CpuEqualsTransformers) {
+    Fixture f(GetParam());
+    auto eng = make_cpu_engine(f.cfg, f.ckpt, 64, 64);
+    check_beams(*eng, f.golden, to_i32(*f.golden.find("prompt_ids")), "_ids", 16, f.cfg.eos_ids);
+}
+
+TEST_P(Beams, GpuFp32EqualsTransformers) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU beam test skipped";
+    Fixture f(GetParam());
+    auto eng = make_cuda_engine(f.cfg, &f.ckpt, 64, DeviceDType::F32, 64, 8);
+    check_beams(*eng, f.golden, to_i32(*f.golden.find("prompt_ids")), "_ids", 16, f.cfg.eos_ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Beams, ::testing::ValuesIn(list_fixtures()), [](const auto& info) { return info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Beams);
+
+// The default model, where eos does end hypotheses early.
+void check_default_model_beams(Engine& eng) {
+    SafeTensorsFile g("tests/default_model/golden.safetensors");
+    int checked = 0;
+    for (int k = 0; g.find("beamprompt_" + std::to_string(k)); k++, checked++)
+        check_beams(eng, g, to_i32(*g.find("beamprompt_" + std::to_string(k))), "_" + std::to_string(k), 32,
+                    eng.config().eos_ids);
+    if (!checked) GTEST_SKIP() << "no beam references in tests/default_model/golden.safetensors";
+}
+
+TEST(DefaultModelBeams, CpuEqualsTransformers) {
+    ModelConfig cfg = load_config("weights");
+    Checkpoint ck("weights");
+    auto eng = make_cpu_engine(cfg, ck, 128, 64);
+    check_default_model_beams(*eng);
+}
+
+TEST(DefaultModelBeams, GpuFp32EqualsTransformers) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU beam test skipped";
+    ModelConfig cfg = load_config("weights");
+    Checkpoint ck("weights");
+    auto eng = make_cuda_engine(cfg, &ck, 128, DeviceDType::F32, 64, 8);
+    check_default_model_beams(*eng);
+}
+
+}  // namespace
