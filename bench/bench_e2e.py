@@ -11,9 +11,10 @@ import torch
 BW = 4.25e12   # measured H200 copy bandwidth (bytes/s)
 
 
-def ours(cfg_path, prompt_len, n_new):
+def ours(cfg_path, prompt_len, n_new, batch=1):
     out = subprocess.run(["./generate", "--device", "cuda", "--random-weights", cfg_path, "--prompt-len", str(prompt_len),
-                          "-n", str(n_new), "--stats", "--temperature", "0", "--max-seq-len", str(prompt_len + n_new + 1)],
+                          "-n", str(n_new), "--stats", "--temperature", "0", "--max-seq-len", str(prompt_len + n_new + 1),
+                          "--batch", str(batch)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"./generate failed: {out.stderr}")
@@ -56,6 +57,54 @@ def hf(cfg, prompt_len, n_new):
     return t1 * 1e3, (n_new - 1) / (tn - t1)
 
 
+def hf_batch(cfg, batch, prompt_len, n_new):
+    """HF transformers batched greedy generate: decode tokens/s summed over the batch."""
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+    conf = Olmo2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = Olmo2ForCausalLM(conf).eval()
+    torch.set_default_dtype(torch.float32)
+    ids = torch.randint(0, cfg["vocab_size"], (batch, prompt_len), device="cuda")
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    with torch.no_grad():
+        model.generate(ids[:, :16], max_new_tokens=2, min_new_tokens=2, do_sample=False, eos_token_id=None, pad_token_id=0)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter() - t
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, **kw)
+        torch.cuda.synchronize()
+        tn = time.perf_counter() - t
+    del model
+    torch.cuda.empty_cache()
+    return batch * (n_new - 1) / (tn - t1)
+
+
+def batch_table(no_hf, batches, n_new=128, prompt_len=512):
+    """Issue 6: decode throughput on the 7B shape at several batch sizes vs the step roofline
+    (weights + every sequence's K/V bytes read per step, over the copy bandwidth)."""
+    path = "bench/olmo2_7b.json"
+    cfg = json.load(open(path))
+    H, L = cfg["hidden_size"], cfg["num_hidden_layers"]
+    kv_dim = cfg["num_key_value_heads"] * (H // cfg["num_attention_heads"])
+    rows = []
+    for b in batches:
+        _, dec = ours(path, prompt_len, n_new, b)
+        ctx = prompt_len + n_new / 2                                   # mean context during decode
+        step_bytes = weight_bytes(cfg) + b * ctx * 2 * L * kv_dim * 2
+        roof = b * BW / step_bytes
+        h = float("nan") if no_hf else hf_batch(cfg, b, prompt_len, 32)
+        rows.append((b, dec, roof, h))
+        print(f"batch {b}: {dec:.0f} tok/s, roofline {roof:.0f} ({dec / roof:.0%}), HF {h:.0f}", flush=True)
+    print("\n| batch | decode tok/s (ours, summed) | step roofline | % | HF tok/s | ratio |")
+    print("|---|---|---|---|---|---|")
+    for b, dec, roof, h in rows:
+        print(f"| {b} | {dec:.0f} | {roof:.0f} | {dec / roof:.0%} | {h:.0f} | {dec / h:.1f}x |")
+
+
 def hf_ttft(cfg, prompt_len):
     from transformers import Olmo2Config, Olmo2ForCausalLM
     conf = Olmo2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
@@ -84,7 +133,10 @@ def main():
     ap.add_argument("--shapes", nargs="+", default=["olmo2_1b", "olmo2_7b"])
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--n-new", type=int, default=256)
+    ap.add_argument("--batches", type=int, nargs="*", default=[], help="issue 6 table: batch sizes on the 7B shape")
     a = ap.parse_args()
+    if a.batches:
+        return batch_table(a.no_hf, a.batches)
     rows = []
     for shape in a.shapes:
         path = f"bench/{shape}.json"

@@ -216,7 +216,7 @@ int run(int argc, char** argv) {
 
     // --- generation ---
     auto t0 = Clock::now();
-    double ttft = 0;
+    double ttft = 0, t_decode = -1;   // t_decode: when decoding alone starts (after the last prefill)
     size_t generated = 0;
     if (o.beams > 1) {
         // Beam search, prompt after prompt; the best hypothesis of each.
@@ -252,6 +252,7 @@ int run(int argc, char** argv) {
         for (size_t k = 0; k < prompts.size(); k++) reqs.push_back({prompts[k], {sp.temperature, sp.top_k, sp.top_p, sp.seed + k}, n_new});
         auto outs = generate(*eng, reqs, bench ? std::vector<int>{} : cfg.eos_ids, [&](int, int, bool) {
             if (generated++ == 0) ttft = seconds_since(t0);
+            if (generated == prompts.size()) t_decode = seconds_since(t0);   // every prompt prefilled
         });
         for (size_t k = 0; k < outs.size(); k++) {
             std::printf("[%zu] ", k);
@@ -273,9 +274,10 @@ int run(int argc, char** argv) {
         std::fprintf(stderr, "time to 1st tok  %.2f ms\n", ttft * 1e3);
         std::fprintf(stderr, "prefill          %.1f tokens/s\n", prompts[0].size() / ttft);
         const size_t decoded = generated > prompts.size() ? generated - prompts.size() : 0;
+        if (t_decode < 0) t_decode = ttft;
         if (decoded > 0 && o.beams == 1)
             std::fprintf(stderr, "decode           %.1f tokens/s (%zu tokens, summed over sequences)\n",
-                         decoded / (total - ttft), decoded);
+                         decoded / (total - t_decode), decoded);
         std::fprintf(stderr, "%s memory %.1f MiB (weights %.1f, KV pool %.1f, buffers %.1f)\n",
                      use_cuda ? "GPU" : "engine", (m.weights + m.kv_pool + m.other) / 1048576.0, m.weights / 1048576.0,
                      m.kv_pool / 1048576.0, m.other / 1048576.0);
