@@ -115,3 +115,29 @@ TEST(CliGolden, GreedyIdsEqualTransformers) {
 }
 
 }  // namespace
+
+namespace {
+
+// Batched generation from the command line: each prompt's text equals its single-prompt run.
+TEST(CliBatch, RepeatedPromptsMatchSingleRuns) {
+    const std::string base = "./generate --device cpu --temperature 0 -n 12 ";
+    RunResult both = run_cmd(base + "-p 'Once upon a time' -p 'The little rabbit'");
+    RunResult a = run_cmd(base + "-p 'Once upon a time'"), b = run_cmd(base + "-p 'The little rabbit'");
+    ASSERT_EQ(both.code, 0) << both.err;
+    EXPECT_EQ(both.out, "[0] " + a.out + "[1] " + b.out);
+    std::string d = temp_dir();
+    write(d + "/prompts.txt", "Once upon a time\nThe little rabbit\n");
+    RunResult file = run_cmd(base + "--prompts-file " + d + "/prompts.txt");
+    EXPECT_EQ(file.out, both.out);
+}
+
+TEST(CliBatch, BeamsAndPoolErrors) {
+    RunResult r = run_cmd("./generate --device cpu -n 8 --beams 3 -p 'Once upon a time' --stats");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("Once upon a time", 0), 0u);
+    EXPECT_NE(r.err.find("KV pool"), std::string::npos);
+    expect_cli_error("--device cpu -n 8 --beams 0 -p x", "--beams");
+    expect_cli_error("--device cpu -n 400 --kv-pool-gb 0.000001 -p 'Once upon a time'", "does not fit the KV pool");
+}
+
+}  // namespace
