@@ -83,6 +83,9 @@ struct SumOp {
 struct MaxOp {
     template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; }
 };
+struct MinOp {
+    template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; }
+};
 
 // Butterfly over the 32 lanes: every lane ends with op over the whole warp.
 template <typename T, typename Op> __device__ T warp_reduce(T v, Op op) {

@@ -101,10 +101,6 @@ __device__ inline u64 uniform_u64(u64 seed, u64 step) {
     return z >> 11 << 11;
 }
 
-struct MinOp {
-    template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; }
-};
-
 // A candidate's depth bin and weight (step 1 and 3 of the header).
 struct Scores {
     float temperature;
@@ -128,18 +124,26 @@ struct Histogram {
     u64 weight[kBins];
 };
 
-// Adds a candidate of weight w <= 2^40 to bin `bin` (bin < 0: nothing). All 32 lanes call it;
-// lanes that share a bin combine first, and the lowest of them does the shared atomics.
+// Adds a candidate of weight w <= 2^40 to bin `bin` (bin < 0: nothing). All 32 lanes call it.
+// The lanes in the bin of the warp's first lane with a bin combine, and one of them does the
+// shared atomics: one atomic where a warp's candidates share a bin (ties, the digits inside a
+// crowded bin, the tail) instead of 32 on one address. Other lanes add their own (depth bins
+// rarely collide).
 __device__ inline void warp_histogram_add(Histogram& h, int bin, u64 w) {
-    if (__all_sync(0xffffffffu, bin < 0)) return;
-    const unsigned peers = __match_any_sync(0xffffffffu, bin);
-    if (bin < 0) return;
-    const unsigned hi = __reduce_add_sync(peers, (unsigned)(w >> 20));  // 20-bit halves: 32 of
-    const unsigned lo = __reduce_add_sync(peers, (unsigned)w & 0xfffffu);  // them fit 32 bits
-    if ((int)(threadIdx.x % 32) == __ffs(peers) - 1) {
-        atomicAdd(&h.count[bin], (unsigned)__popc(peers));
-        atomicAdd(&h.weight[bin], ((u64)hi << 20) + lo);
+    const unsigned active = __ballot_sync(0xffffffffu, bin >= 0);
+    if (active == 0) return;
+    const int lead_bin = __shfl_sync(0xffffffffu, bin, __ffs(active) - 1);
+    const unsigned peers = __ballot_sync(0xffffffffu, bin == lead_bin);
+    if (bin == lead_bin) {
+        const unsigned hi = __reduce_add_sync(peers, (unsigned)(w >> 20));  // 20-bit halves: 32 of
+        const unsigned lo = __reduce_add_sync(peers, (unsigned)w & 0xfffffu);  // them fit 32 bits
+        w = ((u64)hi << 20) + lo;
+        if ((int)(threadIdx.x % 32) != __ffs(peers) - 1) return;
+    } else if (bin < 0) {
+        return;
     }
+    atomicAdd(&h.count[bin], bin == lead_bin ? (unsigned)__popc(peers) : 1u);
+    if (w > 0) atomicAdd(&h.weight[bin], w);
 }
 
 // Inclusive prefix sum over the block's threads (in thread order).
@@ -213,7 +217,8 @@ struct Shared {
     Histogram digit;              // radix digits inside one crowded depth bin
     u64 list[kThreads];           // the window's candidates (keys), best first
     u64 list_weight[kThreads];    // running totals of their weights
-    int filled;                   // candidates gathered into list so far
+    u64 found[2][kThreads];       // this block's candidates of a window being gathered
+    int found_count[2];
     float extremes[2];            // this block's largest and smallest logit
 };
 // The block's slice of the logits (as float) follows Shared in dynamic shared memory.
@@ -227,6 +232,7 @@ struct Cluster {
     int first, n;
     Scores s;
     Window window;
+    int gathers = 0;
 
     // Calls f(id, logit) for each of the block's candidates, and f(-1, 0) for the padding of the
     // last round, so that all lanes of a warp make the same calls (f may use warp intrinsics).
@@ -294,39 +300,44 @@ struct Cluster {
     // fixed so far and hold target fit kThreads: radix select within the bin. Rarely needed, so
     // kept out of line.
     __device__ __noinline__ Window narrow(Window w, u64 target, bool by_weight, const Kept& kept) {
-        while (true) {
+        while (w.digits < 6) {  // after all 6 the key, and so the candidate, is known
             const int shift = digit_shift(w.digits), mask = (1 << digit_bits(w.digits)) - 1;
-            build_histogram(sh.digit, [&](int i, float x) {
+            build_histogram(sh.digit, [&](int i, float x) {  // bin 0: the largest digit, ranked first
                 const u64 key = rank_key(x, i);
-                return key >= kept.cut && w.holds(s.bin(x), key) ? (int)(key >> shift) & mask : -1;
+                return key >= kept.cut && w.holds(s.bin(x), key) ? mask - ((int)(key >> shift) & mask) : -1;
             });
             const Histogram& g = sh.digit;
             const u64 rest = target - (by_weight ? w.above_weight : w.above_count);
             const int d = by_weight ? first_reaching(g.weight, kBins, rest) : first_reaching(g.count, kBins, rest);
             w.above_count += before(g.count, d), w.above_weight += before(g.weight, d);
-            w.prefix |= (u64)d << shift, w.digits++;
-            if (g.count[d] - before(g.count, d) <= (u64)kThreads) return w;
+            w.prefix |= (u64)(mask - d) << shift, w.digits++;
+            if (g.count[d] - before(g.count, d) <= (u64)kThreads) break;
         }
+        return w;
     }
 
     // Fills every block's list with w's candidates that are still in (key >= cut), sorted best
-    // first, and their running weights.
+    // first, and their running weights. Each block collects its own in found[buffer], then every
+    // block copies all of them. The two buffers alternate, so a block may collect the next window
+    // while others still copy this one: a cluster sync lies between.
     __device__ void gather(Window& w, u64 cut) {
-        if (threadIdx.x == 0) sh.filled = 0;
-        group.sync();  // every block is done with its old list and has reset its count
+        const int buffer = gathers++ % 2;
+        if (threadIdx.x == 0) sh.found_count[buffer] = 0;
+        __syncthreads();
         for_each([&](int i, float x) {
             if (i < 0) return;
             const u64 key = rank_key(x, i);
-            if (key < cut || !w.holds(s.bin(x), key)) return;
-            for (int r = 0; r < kCluster; r++) {
-                const int slot = atomicAdd(group.map_shared_rank(&sh.filled, r), 1);
-                group.map_shared_rank(sh.list, r)[slot] = key;
-            }
+            if (key >= cut && w.holds(s.bin(x), key)) sh.found[buffer][atomicAdd(&sh.found_count[buffer], 1)] = key;
         });
-        group.sync();  // every block has all of them
-        w.n = sh.filled;
-        sort_descending(sh.list, w.n);
+        group.sync();  // every block has collected its own
         const int j = threadIdx.x;
+        w.n = 0;  // thread j copies the j-th candidate, in block order
+        for (int r = 0; r < kCluster; r++) {
+            const int count = *group.map_shared_rank(&sh.found_count[buffer], r);
+            if (w.n <= j && j < w.n + count) sh.list[j] = group.map_shared_rank(sh.found[buffer], r)[j - w.n];
+            w.n += count;
+        }
+        sort_descending(sh.list, w.n);
         sh.list_weight[j] = block_inclusive_scan(j < w.n ? s.weight(rank_logit(sh.list[j])) : 0);
         __syncthreads();
     }
@@ -401,6 +412,7 @@ sample_kernel(int* out_id, const T* logits, int V, SamplerParams p, u64 seed, co
     const u64 u = uniform_u64(seed, (unsigned)*step);
     const Kept drawn = c.select(__umul64hi(u, kept.weight) + 1, true, kept);  // target floor(u * W) + 1
     if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = rank_id(drawn.cut);
+    group.sync();  // no block exits while another may still read its shared memory
 }
 
 // Calls f(i, logit_i) for every i < V, kItems consecutive logits per thread per step, read as

@@ -496,9 +496,9 @@ template <typename T> void expect_matches_cpu_sampler(const SamplerCase& c, int 
     EXPECT_LE(mismatches, 1) << what;
 }
 
-// The kernel has two ways to finish: candidate lists of <= 1024 (after top-k, a small nucleus
-// or a small vocabulary) are sorted in shared memory; longer ones go through radix selects.
-// The cases cover both, with and without top-k / top-p.
+// The kernel resolves each target in a window of <= 1024 candidates gathered from its depth
+// bin and the bins above; a later target may fall in the same window (small top-k, small
+// vocabularies). The cases cover top-k / top-p on and off, windows reused and not.
 TYPED_TEST(Kernels, SampleMatchesCpuSampler) {
     for (const SamplerCase& c : {SamplerCase{100352, 0, {1.0f, 0, 1.0f, 1}}, SamplerCase{100352, 0, {0.7f, 50, 1.0f, 2}},
                                  SamplerCase{100352, 0, {0.8f, 0, 0.9f, 3}}, SamplerCase{100352, 0, {0.6f, 40, 0.95f, 4}},
@@ -507,11 +507,15 @@ TYPED_TEST(Kernels, SampleMatchesCpuSampler) {
         expect_matches_cpu_sampler<TypeParam>(c, 48, this->rng);
 }
 
+// Exact ties. With logits rounded to multiples of 2 at V = 100352, thousands of candidates share
+// a logit (and so a depth bin): the kernel narrows such a bin by radix digits of the key, down
+// to the id digits, for top-k, top-p and the draw.
 TYPED_TEST(Kernels, SampleMatchesCpuSamplerWithTies) {
     for (const SamplerCase& c : {SamplerCase{3000, 0.25f, {1.0f, 20, 0.97f, 8}}, SamplerCase{3000, 0.25f, {2.0f, 0, 0.6f, 9}},
                                  SamplerCase{3000, 0.25f, {1.0f, 0, 1.0f, 10}}, SamplerCase{3000, 0.25f, {1.0f, 1500, 0.99f, 11}},
                                  SamplerCase{1, 0, {1.0f, 3, 0.5f, 12}}, SamplerCase{3001, 0.25f, {1.0f, 0, 0.8f, 13}, 1},
-                                 SamplerCase{1001, 0, {0.9f, 100, 0.9f, 14}, 1}})
+                                 SamplerCase{1001, 0, {0.9f, 100, 0.9f, 14}, 1}, SamplerCase{100352, 2.0f, {1.0f, 0, 1.0f, 15}},
+                                 SamplerCase{100352, 2.0f, {1.0f, 30000, 0.95f, 16}}, SamplerCase{100352, 2.0f, {3.0f, 0, 0.5f, 17}, 1}})
         expect_matches_cpu_sampler<TypeParam>(c, 16, this->rng);
 }
 
@@ -608,6 +612,13 @@ TEST_F(Timing, SamplingAtVocab100k) {
         const int id = d_id.download()[0];
         EXPECT_TRUE(id >= 0 && id < V);
     }
+    // The slow path: logits rounded to multiples of 2, so the draw lands among thousands of ties.
+    std::vector<float> tied = x;
+    for (float& v : tied) v = std::round(v / 2.0f) * 2.0f;
+    DeviceArray<float> d_tied(tied);
+    const double us = time_us([&] { sample(d_id.get(), d_tied.get(), V, SamplerParams{}, 1, d_step.get(), 0); });
+    std::printf("  sample fp32 V=%d, logits rounded to multiples of 2 (ties): %.1f us\n", V, us);
+    EXPECT_EQ(d_id.download()[0], sample_cpu(tied.data(), V, SamplingParams{1.0f, 0, 1.0f, 1}, 0));
 }
 
 TEST_F(Timing, NormsRopeSwiglu) {
