@@ -14,6 +14,7 @@ python3 tests/make_goldens.py --model weights --sp-model tokenizer/tokenizer.mod
   --beam-prompt "Once upon a time" --beam-prompt "The end. They all lived happily ever after." \
   --beam-prompt "Tom said" --out tests/default_model >"$OUT/goldens_default.log" 2>&1
 cp tests/default_model/golden.safetensors "$OUT/default_golden.safetensors"
+python3 -c "import inspect, transformers.generation.utils as u; print(inspect.getsource(u.GenerationMixin._check_early_stop_heuristic))" >"$OUT/hf_early_stop.log" 2>&1
 bash tests/run_all.sh $(find build/tests -maxdepth 1 -name 'test_*' -type f -executable | sort) >"$OUT/tests.log" 2>&1
 for tool in memcheck racecheck; do
   compute-sanitizer --tool $tool build/tests/test_golden --gtest_filter='*Gpu*:-*Bf16*' >"$OUT/san_${tool}_golden.log" 2>&1
@@ -28,3 +29,4 @@ grep -E "FAILED|Failure|exited" "$OUT/tests.log" | head -20
 tail -1 "$OUT/tests.log"
 for f in "$OUT"/san_*.log; do echo "$(basename $f): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $f | tail -1)"; done
 tail -5 "$OUT/bench_e2e.log"; tail -7 "$OUT/bench_batch.log"; tail -8 "$OUT/bench_attn.log"
+tar -czf "$OUT/logs.tgz" -C "$OUT" $(cd "$OUT" && ls *.log ours.txt 2>/dev/null) && rm -f "$OUT"/*.log "$OUT/ours.txt"
