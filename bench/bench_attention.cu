@@ -193,7 +193,7 @@ void bench_decode(int nH, int nKV, Results& res) {
     cudaCheck(cudaMalloc(&naive_ws, attention_naive_workspace_bytes(1, 1, nH, ctx)));
     int *table = device_table(1, ctx / kBlock, false), *shuffled = device_table(1, ctx / kBlock, true);
     auto params = [&](int s, const int* t = nullptr) {
-        return AttnParams<bf16>{q[s],  k[s], v[s], out, 1, pos0, nH, nKV, hd, 0, 1.0f / std::sqrt((float)hd), ctx,
+        return AttnParams<bf16>{q[s], k[s], v[s], out, 1, pos0, nH, nKV, hd, 0, 1.0f / std::sqrt((float)hd), ctx,
                                 t ? t : table, ctx / kBlock, kBlock, 1};
     };
     const double bytes = 2.0 * nkv * sizeof(bf16);
@@ -239,7 +239,7 @@ void bench_decode(int nH, int nKV, Results& res) {
 
 // One decode step of len.size() sequences (sequence b has len[b] keys) in one launch, timed as
 // graph replays; effective bandwidth over all K+V bytes read. Checked against the naive kernel.
-void bench_decode_batch(int nH, int nKV, const std::vector<int>& len, const char* what, Results& res) {
+void bench_decode_batch(int nH, int nKV, const std::vector<int>& len, const char* what, const char* key, Results& res) {
     const int hd = 128, batch = (int)len.size(), s_cap = *std::max_element(len.begin(), len.end());
     const int stride = s_cap / kBlock;
     const size_t nq = (size_t)batch * nH * hd, pool = (size_t)batch * s_cap * nKV * hd;
@@ -266,8 +266,6 @@ void bench_decode_batch(int nH, int nKV, const std::vector<int>& len, const char
     printf("decode batch of %2d, %-28s %2d/%-2d heads: %7.2f us %5.2f TB/s (graph; %d slots per KV head)  rel-L2 vs naive %.2e\n",
            batch, what, nH, nKV, ms * 1e3, bytes / ms / 1e9, attn::decode_slot_count<bf16, 128>(s_cap, nKV, batch),
            rel_l2(out, ref, nq));
-    char key[64];
-    snprintf(key, sizeof key, "decode_batch_%d_%d_%d", batch, nH, nKV);
     res.put(key, bytes / ms / 1e9);
     for (void* b : {(void*)q, (void*)k, (void*)v, (void*)out, (void*)ref, (void*)pos0, (void*)table, ws, (void*)naive_ws})
         cudaCheck(cudaFree(b));
@@ -290,10 +288,10 @@ int main(int argc, char** argv) {
         bench_prefill(16384, res);
         bench_decode(32, 32, res);
         bench_decode(40, 8, res);
-        bench_decode_batch(40, 8, std::vector<int>(16, 2048), "2048 keys each", res);
+        bench_decode_batch(40, 8, std::vector<int>(16, 2048), "2048 keys each", "decode_batch_16x2048_40_8_graph", res);
         std::vector<int> mixed(16, 512);
         mixed[5] = 32768;
-        bench_decode_batch(40, 8, mixed, "1 x 32768 + 15 x 512 keys", res);
+        bench_decode_batch(40, 8, mixed, "1 x 32768 + 15 x 512 keys", "decode_batch_mixed_40_8_graph", res);
         if (res.f) fclose(res.f);
     } catch (const std::exception& e) {
         fprintf(stderr, "bench_attention: %s\n", e.what());
