@@ -32,13 +32,19 @@ def weight_bytes(c):
     return 2 * (L * per_layer + lm + H)
 
 
-def hf(cfg, prompt_len, n_new):
+def hf_model(cfg):
+    """An HF transformers Olmo2ForCausalLM of this shape, random bf16 weights, on the GPU."""
     from transformers import Olmo2Config, Olmo2ForCausalLM
     conf = Olmo2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
         model = Olmo2ForCausalLM(conf).eval()
     torch.set_default_dtype(torch.float32)
+    return model
+
+
+def hf(cfg, prompt_len, n_new):
+    model = hf_model(cfg)
     ids = torch.randint(0, cfg["vocab_size"], (1, prompt_len), device="cuda")
     kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
     with torch.no_grad():
@@ -59,12 +65,7 @@ def hf(cfg, prompt_len, n_new):
 
 def hf_batch(cfg, batch, prompt_len, n_new):
     """HF transformers batched greedy generate: decode tokens/s summed over the batch."""
-    from transformers import Olmo2Config, Olmo2ForCausalLM
-    conf = Olmo2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = Olmo2ForCausalLM(conf).eval()
-    torch.set_default_dtype(torch.float32)
+    model = hf_model(cfg)
     ids = torch.randint(0, cfg["vocab_size"], (batch, prompt_len), device="cuda")
     kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(ids))
     with torch.no_grad():
@@ -106,12 +107,7 @@ def batch_table(no_hf, batches, n_new=128, prompt_len=512):
 
 
 def hf_ttft(cfg, prompt_len):
-    from transformers import Olmo2Config, Olmo2ForCausalLM
-    conf = Olmo2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = Olmo2ForCausalLM(conf).eval()
-    torch.set_default_dtype(torch.float32)
+    model = hf_model(cfg)
     ids = torch.randint(0, cfg["vocab_size"], (1, prompt_len), device="cuda")
     kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, max_new_tokens=1, min_new_tokens=1)
     with torch.no_grad():

@@ -99,11 +99,7 @@ public:
         }
         m.weights = w * sizeof(float);
         m.kv_pool = kv * sizeof(float);
-        m.blocks_total = kv_->total_blocks(0) + kv_->total_blocks(1);
-        m.blocks_free = kv_->free_blocks(0) + kv_->free_blocks(1);
-        m.blocks_peak_used = peak_used_;
-        m.block_size = kv_->block_size();
-        return m;
+        return with_pool_use(m);
     }
 
 protected:

@@ -19,6 +19,14 @@ void Engine::init_kv(const ModelConfig& c, int max_seq, int kv_blocks) {
     seq0_ = kv_->new_sequence();
 }
 
+MemoryUse Engine::with_pool_use(MemoryUse m) const {
+    m.blocks_total = kv_->total_blocks(0) + kv_->total_blocks(1);
+    m.blocks_free = kv_->free_blocks(0) + kv_->free_blocks(1);
+    m.blocks_peak_used = peak_used_;
+    m.block_size = kv_->block_size();
+    return m;
+}
+
 void Engine::check_ids(const std::vector<int>& ids) const {
     const int V = config().vocab;
     for (int id : ids)

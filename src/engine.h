@@ -73,6 +73,8 @@ public:
 protected:
     // kv_blocks: blocks per pool kind; 0 = enough for one sequence of max_seq tokens.
     void init_kv(const ModelConfig& c, int max_seq, int kv_blocks);
+    // m with the KV pool's block counts filled in.
+    MemoryUse with_pool_use(MemoryUse m) const;
     // Implementations: the KV rows are reserved before and committed after these calls.
     // prefill_impl fills logits [V] (if not null) and *id (if not null, drawn with s, step).
     virtual void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,
