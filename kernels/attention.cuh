@@ -68,18 +68,9 @@ namespace attn {
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ------------------------------------------------------------------------------------------
-// Small device helpers: dtype conversion, PTX wrappers, a swizzled shared-memory tile.
+// Small device helpers: PTX wrappers, a swizzled shared-memory tile (dtype conversion:
+// to_float / from_float from cuda_common.cuh).
 // ------------------------------------------------------------------------------------------
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x) {
-    if constexpr (std::is_same_v<T, float>) return x;
-    else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
-    else return __float2bfloat16_rn(x);
-}
 
 // Two floats -> one 32-bit register of two 16-bit values (lo in the low half), as mma wants.
 template <typename T>
