@@ -141,3 +141,29 @@ TEST(CliBatch, BeamsAndPoolErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// A model folder with the real OLMo-2 tokenizer.json: ./generate uses it by default, and
+// --tokenizer overrides it (by content: a sentencepiece model works too).
+TEST(CliTokenizer, ModelFolderTokenizerJsonIsUsed) {
+    const std::string dir = temp_dir();
+    json cfg = tiny_olmo2_config();
+    cfg["vocab_size"] = 100352;
+    cfg["hidden_size"] = 16;
+    cfg["intermediate_size"] = 32;
+    cfg["num_hidden_layers"] = 1;
+    write_random_checkpoint(dir, cfg);
+    write(dir + "/tokenizer.json", read_file("tests/tokenizers/allenai_dolma2.json"));
+    RunResult r = run_cmd("./generate --device cpu --model " + dir + " -p 'Hello world' -n 3 --temperature 0");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("Hello world", 0), 0u) << r.out;
+    RunResult ids = run_cmd("./generate --device cpu --model " + dir + " -p 'Hello world' -n 3 --temperature 0 --output-ids");
+    RunResult direct = run_cmd("./generate --device cpu --model " + dir + " --prompt-ids 9906,1917 -n 3 --temperature 0 --output-ids");
+    EXPECT_EQ(ids.out, direct.out);   // "Hello world" is [9906, 1917] in dolma2, as tokenizers says
+    RunResult sp = run_cmd("./generate --device cpu --model " + dir + " --tokenizer tokenizer/tokenizer.model -p 'Hello' -n 2 --temperature 0");
+    ASSERT_EQ(sp.code, 0) << sp.err;
+    EXPECT_EQ(sp.out.rfind("Hello", 0), 0u);
+}
+
+}  // namespace
