@@ -58,8 +58,69 @@ struct Options {
     bool stats = false, output_ids = false;
 };
 
-int run(int argc, char** argv) {
-    Options o;
+// The prompts as token ids: --prompt-ids, --prompt-len (benchmarks), each --prompt, the lines
+// of --prompts-file, else one prompt from --prompt-file, stdin or the default text.
+std::vector<std::vector<int>> read_prompts(const Options& o, const Tokenizer* tok, int vocab) {
+    std::vector<std::vector<int>> prompts;
+    auto encode = [&](const std::string& text) {
+        std::vector<int> ids = tok->encode(text);
+        if (ids.empty()) fail("a prompt is empty");
+        return ids;
+    };
+    if (!o.prompt_ids.empty()) {
+        prompts.push_back(parse_id_list(o.prompt_ids));
+    } else if (o.prompt_len > 0) {
+        std::vector<int> p;
+        for (int i = 0; i < o.prompt_len; i++) p.push_back((int)((i * 2654435761u + 12345u) % (unsigned)vocab));
+        prompts.assign(o.batch, p);
+    } else if (!o.prompts.empty()) {
+        for (const std::string& text : o.prompts) prompts.push_back(encode(text));
+    } else if (!o.prompts_file.empty()) {
+        std::stringstream lines(read_file(o.prompts_file));
+        for (std::string line; std::getline(lines, line);)
+            if (!line.empty()) prompts.push_back(encode(line));
+        if (prompts.empty()) fail(o.prompts_file + ": no prompts (one per line)");
+    } else {
+        std::string text;
+        if (!o.prompt_file.empty()) text = read_file(o.prompt_file);
+        else if (!isatty(0)) text = std::string(std::istreambuf_iterator<char>(std::cin), {});
+        if (text.empty() && o.prompt_file.empty()) text = "Once upon a time";   // no prompt given anywhere
+        prompts.push_back(encode(text));
+    }
+    return prompts;
+}
+
+// --stats: where the time and the memory went, on stderr.
+struct Timing {
+    double load_s, ttft, t_decode, total;   // t_decode: when decoding alone began (-1: at ttft)
+    size_t generated;                        // tokens generated, summed over sequences
+};
+void print_stats(const Options& o, bool use_cuda, const std::vector<std::vector<int>>& prompts, const Engine& eng,
+                 const Timing& tm) {
+    size_t prompt_tokens = 0;
+    for (const auto& p : prompts) prompt_tokens += p.size();
+    const MemoryUse m = eng.memory();
+    std::fprintf(stderr, "\n--- stats (%s%s, %zu sequence%s) ---\n", use_cuda ? "cuda " : "cpu fp32",
+                 use_cuda ? o.dtype.c_str() : "", prompts.size() * o.beams, prompts.size() * o.beams > 1 ? "s" : "");
+    std::fprintf(stderr, "load             %.3f s\n", tm.load_s);
+    std::fprintf(stderr, "prompt tokens    %zu\n", prompt_tokens);
+    std::fprintf(stderr, "time to 1st tok  %.2f ms\n", tm.ttft * 1e3);
+    std::fprintf(stderr, "prefill          %.1f tokens/s\n", prompts[0].size() / tm.ttft);
+    const size_t decoded = tm.generated > prompts.size() ? tm.generated - prompts.size() : 0;
+    const double t_decode = tm.t_decode < 0 ? tm.ttft : tm.t_decode;
+    if (decoded > 0 && o.beams == 1)
+        std::fprintf(stderr, "decode           %.1f tokens/s (%zu tokens, summed over sequences)\n",
+                     decoded / (tm.total - t_decode), decoded);
+    std::fprintf(stderr, "%s memory %.1f MiB (weights %.1f, KV pool %.1f, buffers %.1f)\n",
+                 use_cuda ? "GPU" : "engine", (m.weights + m.kv_pool + m.other) / 1048576.0, m.weights / 1048576.0,
+                 m.kv_pool / 1048576.0, m.other / 1048576.0);
+    std::fprintf(stderr, "KV pool          %d blocks of %d tokens, peak %d in use (%.0f%%), %d free now\n",
+                 m.blocks_total, m.block_size, m.blocks_peak_used, 100.0 * m.blocks_peak_used / std::max(1, m.blocks_total),
+                 m.blocks_free);
+}
+
+// Every flag, with its help text; false when --help was asked for (and printed).
+bool parse_flags(int argc, char** argv, Options& o) {
     CLI::App app{"generate: text generation with OLMo-1/2/3 checkpoints (CPU reference or CUDA engine)"};
     app.add_option("--model", o.model, "Hugging Face checkpoint folder (config.json + *.safetensors); default: the "
                    "small model in weights/ next to this program");
@@ -104,10 +165,18 @@ int run(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
+        app.exit(e);   // prints the help
+        return false;
     } catch (const CLI::ParseError& e) {
         fail(std::string(e.what()) + " (see --help)");
     }
+    return true;
+
+}
+
+int run(int argc, char** argv) {
+    Options o;
+    if (!parse_flags(argc, argv, o)) return 0;
 
     if (o.device == "cuda" && !cuda_available()) fail("--device cuda: no CUDA device available in this build/machine");
 
@@ -137,32 +206,7 @@ int run(int argc, char** argv) {
              "or --prompt-ids with --output-ids");
 
     // --- prompts ---
-    std::vector<std::vector<int>> prompts;
-    auto encode = [&](const std::string& text) {
-        std::vector<int> ids = tok->encode(text);
-        if (ids.empty()) fail("a prompt is empty");
-        return ids;
-    };
-    if (!o.prompt_ids.empty()) {
-        prompts.push_back(parse_id_list(o.prompt_ids));
-    } else if (o.prompt_len > 0) {
-        std::vector<int> p;
-        for (int i = 0; i < o.prompt_len; i++) p.push_back((int)((i * 2654435761u + 12345u) % (unsigned)cfg.vocab));
-        prompts.assign(o.batch, p);
-    } else if (!o.prompts.empty()) {
-        for (const std::string& text : o.prompts) prompts.push_back(encode(text));
-    } else if (!o.prompts_file.empty()) {
-        std::stringstream lines(read_file(o.prompts_file));
-        for (std::string line; std::getline(lines, line);)
-            if (!line.empty()) prompts.push_back(encode(line));
-        if (prompts.empty()) fail(o.prompts_file + ": no prompts (one per line)");
-    } else {
-        std::string text;
-        if (!o.prompt_file.empty()) text = read_file(o.prompt_file);
-        else if (!isatty(0)) text = std::string(std::istreambuf_iterator<char>(std::cin), {});
-        if (text.empty() && o.prompt_file.empty()) text = "Once upon a time";   // no prompt given anywhere
-        prompts.push_back(encode(text));
-    }
+    std::vector<std::vector<int>> prompts = read_prompts(o, tok.get(), cfg.vocab);
     int n_new = o.max_new_tokens;
     for (const std::vector<int>& prompt : prompts) {
         for (int id : prompt)
@@ -263,28 +307,7 @@ int run(int argc, char** argv) {
     }
     const double total = seconds_since(t0);
 
-    if (o.stats) {
-        size_t prompt_tokens = 0;
-        for (const auto& p : prompts) prompt_tokens += p.size();
-        const MemoryUse m = eng->memory();
-        std::fprintf(stderr, "\n--- stats (%s%s, %zu sequence%s) ---\n", use_cuda ? "cuda " : "cpu fp32",
-                     use_cuda ? o.dtype.c_str() : "", prompts.size() * o.beams, prompts.size() * o.beams > 1 ? "s" : "");
-        std::fprintf(stderr, "load             %.3f s\n", load_s);
-        std::fprintf(stderr, "prompt tokens    %zu\n", prompt_tokens);
-        std::fprintf(stderr, "time to 1st tok  %.2f ms\n", ttft * 1e3);
-        std::fprintf(stderr, "prefill          %.1f tokens/s\n", prompts[0].size() / ttft);
-        const size_t decoded = generated > prompts.size() ? generated - prompts.size() : 0;
-        if (t_decode < 0) t_decode = ttft;
-        if (decoded > 0 && o.beams == 1)
-            std::fprintf(stderr, "decode           %.1f tokens/s (%zu tokens, summed over sequences)\n",
-                         decoded / (total - t_decode), decoded);
-        std::fprintf(stderr, "%s memory %.1f MiB (weights %.1f, KV pool %.1f, buffers %.1f)\n",
-                     use_cuda ? "GPU" : "engine", (m.weights + m.kv_pool + m.other) / 1048576.0, m.weights / 1048576.0,
-                     m.kv_pool / 1048576.0, m.other / 1048576.0);
-        std::fprintf(stderr, "KV pool          %d blocks of %d tokens, peak %d in use (%.0f%%), %d free now\n",
-                     m.blocks_total, m.block_size, m.blocks_peak_used, 100.0 * m.blocks_peak_used / std::max(1, m.blocks_total),
-                     m.blocks_free);
-    }
+    if (o.stats) print_stats(o, use_cuda, prompts, *eng, {load_s, ttft, t_decode, total, generated});
     return 0;
 }
 
