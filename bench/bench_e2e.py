@@ -43,45 +43,26 @@ def hf_model(cfg):
     return model
 
 
-def hf(cfg, prompt_len, n_new):
-    model = hf_model(cfg)
-    ids = torch.randint(0, cfg["vocab_size"], (1, prompt_len), device="cuda")
-    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
-    with torch.no_grad():
-        model.generate(ids[:, :16], max_new_tokens=4, min_new_tokens=4, **kw)   # warm-up
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
-        torch.cuda.synchronize()
-        t1 = time.perf_counter() - t
-        t = time.perf_counter()
-        model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, **kw)
-        torch.cuda.synchronize()
-        tn = time.perf_counter() - t
-    del model
-    torch.cuda.empty_cache()
-    return t1 * 1e3, (n_new - 1) / (tn - t1)
-
-
-def hf_batch(cfg, batch, prompt_len, n_new):
-    """HF transformers batched greedy generate: decode tokens/s summed over the batch."""
+def hf(cfg, prompt_len, n_new, batch=1):
+    """HF transformers greedy generate(): (time to first token in ms, decode tokens/s summed
+    over the batch), decode measured as the extra time of n_new tokens over one."""
     model = hf_model(cfg)
     ids = torch.randint(0, cfg["vocab_size"], (batch, prompt_len), device="cuda")
     kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(ids))
+
+    def timed(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t
+
     with torch.no_grad():
-        model.generate(ids[:, :16], max_new_tokens=2, min_new_tokens=2, do_sample=False, eos_token_id=None, pad_token_id=0)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
-        torch.cuda.synchronize()
-        t1 = time.perf_counter() - t
-        t = time.perf_counter()
-        model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, **kw)
-        torch.cuda.synchronize()
-        tn = time.perf_counter() - t
+        timed(2)   # warm-up
+        t1, tn = timed(1), timed(n_new)
     del model
     torch.cuda.empty_cache()
-    return batch * (n_new - 1) / (tn - t1)
+    return t1 * 1e3, batch * (n_new - 1) / (tn - t1)
 
 
 def batch_table(no_hf, batches, n_new=128, prompt_len=512):
@@ -97,7 +78,7 @@ def batch_table(no_hf, batches, n_new=128, prompt_len=512):
         ctx = prompt_len + n_new / 2                                   # mean context during decode
         step_bytes = weight_bytes(cfg) + b * ctx * 2 * L * kv_dim * 2
         roof = b * BW / step_bytes
-        h = float("nan") if no_hf else hf_batch(cfg, b, prompt_len, 32)
+        h = float("nan") if no_hf else hf(cfg, prompt_len, 32, b)[1]
         rows.append((b, dec, roof, h))
         print(f"batch {b}: {dec:.0f} tok/s, roofline {roof:.0f} ({dec / roof:.0%}), HF {h:.0f}", flush=True)
     print("\n| batch | decode tok/s (ours, summed) | step roofline | % | HF tok/s | ratio |")
