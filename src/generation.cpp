@@ -18,7 +18,7 @@ int blocks_for(const Engine& eng, int tokens) {
     const KvCache& kv = eng.kv_cache();
     int n = 0;
     for (int k = 0; k < 2; k++)
-        if (kv.total_blocks(k) > 0) n += kv.blocks_needed(k, tokens) + 1;
+        if (kv.total_blocks(k) > 0) n += kv.blocks_needed(tokens) + 1;
     return n;
 }
 

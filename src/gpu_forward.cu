@@ -148,11 +148,11 @@ protected:
         for (size_t done = 0; done < ids.size();) {
             const int n = (int)std::min(ids.size() - done, (size_t)chunk_);
             const bool last = done + n == ids.size();
-            std::vector<int> seqs(n, seq), pos(n);
+            std::vector<int> pos(n);
             for (int r = 0; r < n; r++) pos[r] = pos0 + (int)done + r;
             upload_meta(std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {step});
             forward_rows(n, /*batch=*/1, /*prefill=*/true);
-            if (last) finish(1, logits, id, {s});
+            if (last && id) draw({s});
             done += n;
         }
         sync_out(1, logits, id);
@@ -400,7 +400,7 @@ private:
         cudaGraphExec_t exec;
         cudaCheck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
         forward_rows(B, B, /*prefill=*/false);
-        finish(B, nullptr, s.empty() ? nullptr : next_ids_, s);
+        draw(s);   // s is empty when the step returns logits
         cudaCheck(cudaStreamEndCapture(stream_, &graph));
         cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
         cudaCheck(cudaGraphDestroy(graph));
@@ -408,11 +408,11 @@ private:
         cudaCheck(cudaGraphLaunch(exec, stream_));
     }
 
-    // After the forward: logits_ [B, V] hold each sequence's last-token logits; draw tokens.
-    void finish(int B, float* /*logits*/, const int* want_ids, const std::vector<SamplingParams>& s) {
-        if (!want_ids) return;
+    // After the forward: logits_ [B, V] hold each sequence's last-token logits; next_ids_[b]
+    // gets a token drawn with s[b].
+    void draw(const std::vector<SamplingParams>& s) {
         const int V = c_.vocab;
-        for (int b = 0; b < B; b++) {
+        for (int b = 0; b < (int)s.size(); b++) {
             if (s[b].temperature <= 0.0f) argmax(next_ids_ + b, logits_ + (size_t)b * V, V, stream_);
             else olmo::sample(next_ids_ + b, logits_ + (size_t)b * V, V,
                               SamplerParams{s[b].temperature, s[b].top_k, s[b].top_p}, s[b].seed, meta_.step + b, stream_);

@@ -109,9 +109,4 @@ int KvCache::row(int seq, int kind, int pos) const {
     return b * block_size_ + pos % block_size_;
 }
 
-int KvCache::blocks_needed(int kind, int tokens) const {
-    (void)kind;
-    return (tokens + block_size_ - 1) / block_size_;
-}
-
 }  // namespace olmo

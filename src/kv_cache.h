@@ -49,8 +49,8 @@ public:
     int block_size() const { return block_size_; }
     int total_blocks(int kind) const { return (int)refs_[kind].size(); }
     int free_blocks(int kind) const { return (int)free_[kind].size(); }
-    // Blocks a sequence of `tokens` tokens needs at most, for kind (sliding: the window + one chunk).
-    int blocks_needed(int kind, int tokens) const;
+    // Blocks a sequence of `tokens` tokens needs at most, in a pool of either kind.
+    int blocks_needed(int tokens) const { return (tokens + block_size_ - 1) / block_size_; }
 
 private:
     struct Seq {
