@@ -6,8 +6,8 @@
 //            effective bandwidth = K+V bytes / time. Four caches in rotation (each larger than
 //            the L2 for MHA; together 4x it for GQA), so the reads come from HBM. Timed both as
 //            launches from the host and as CUDA-graph replays (as the engine runs decode); also
-//            the split kernel alone, 2- / 4-stage K/V pipelines (the default is 3) and the same
-//            cache read through a shuffled block table.
+//            the split kernel alone, K/V pipelines of 2 to 6 stages, the same cache read through
+//            a shuffled block table, and a plain kernel reading the same bytes (the roofline).
 //   batched decode  bf16, hd 128, 40/8 heads, one launch for all sequences of a step (graph
 //            replays): 16 x 2048 keys, and mixed lengths (one of 32768 keys with 15 of 512).
 // The cache is paged with blocks of 16 tokens; unless said otherwise the block table is the
@@ -15,11 +15,12 @@
 // Each figure is the median of many launches timed with CUDA events after a warm-up, on
 // uniform random inputs (never zeros). A correctness line compares each kernel with the naive
 // one on the same inputs. Usage: bench_attention [results.txt] (key value lines, read by
-// bench/bench_attention_torch.py to print the comparison with PyTorch).
+// bench/bench_attention_torch.py to print the comparison with PyTorch; "-" for none) [part].
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention.cuh"
@@ -112,6 +113,17 @@ double graph_ms(F&& run, int calls, int reps) {
     return t[reps / 2] / calls;
 }
 
+// The read roofline of decode: every thread sums 16-byte loads of k and v (n bf16 each) with
+// a grid stride; the sum is stored only if it is a value that random data never gives.
+__global__ void stream_read(const uint4* k, const uint4* v, size_t n16, uint32_t* sink) {
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 a = __ldcs(k + i), b = __ldcs(v + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
+    }
+    if (acc == 0x9E3779B9u) *sink = acc;
+}
+
 // rel-L2 of a against b (device bf16 arrays of n elements).
 double rel_l2(const bf16* a, const bf16* b, size_t n) {
     std::vector<bf16> ha(n), hb(n);
@@ -197,14 +209,21 @@ void bench_decode(int nH, int nKV, Results& res) {
                                 t ? t : table, ctx / kBlock, kBlock, 1};
     };
     const double bytes = 2.0 * nkv * sizeof(bf16);
+    uint32_t* sink;
+    cudaCheck(cudaMalloc(&sink, sizeof(uint32_t)));
+    const double ms_read = graph_ms(
+        [&](int i, cudaStream_t st) {
+            stream_read<<<132 * 8, 512, 0, st>>>(reinterpret_cast<const uint4*>(k[i % sets]),
+                                                 reinterpret_cast<const uint4*>(v[i % sets]), nkv / 8, sink);
+            cudaCheckLaunch();
+        },
+        20, 30);
+    cudaCheck(cudaFree(sink));
     const double ms = median_ms([&](int i) { attention_decode(params(i % sets), ws, 0); }, 20, 400);
     const double ms_graph = graph_ms([&](int i, cudaStream_t st) { attention_decode(params(i % sets), ws, st); }, 20, 30);
     const double ms_shuffled =
         graph_ms([&](int i, cudaStream_t st) { attention_decode(params(i % sets, shuffled), ws, st); }, 20, 30);
     const int count = attn::decode_slot_count<bf16, 128>(ctx, nKV, 1);
-    const int count2 = attn::decode_slot_count<bf16, 128, 2>(ctx, nKV, 1), count4 = attn::decode_slot_count<bf16, 128, 4>(ctx, nKV, 1);
-    const double ms2 = graph_ms([&](int i, cudaStream_t st) { attn::launch_decode<bf16, 128, 2>(params(i % sets), ws, count2, st); }, 20, 30);
-    const double ms4 = graph_ms([&](int i, cudaStream_t st) { attn::launch_decode<bf16, 128, 4>(params(i % sets), ws, count4, st); }, 20, 30);
     // The split kernel alone (without the combine), to see where the time goes.
     float* o_part = static_cast<float*>(ws);
     float* lse_part = o_part + (size_t)count * nH * hd;
@@ -223,8 +242,20 @@ void bench_decode(int nH, int nKV, Results& res) {
     printf("decode ctx=%d %2d/%-2d heads: %7.2f us %5.2f TB/s  (split kernel alone %7.2f us %5.2f TB/s; %d splits)  rel-L2 vs naive %.2e\n",
            ctx, nH, nKV, ms * 1e3, bytes / ms / 1e9, ms_split * 1e3, bytes / ms_split / 1e9, count, err);
     printf("  as a CUDA graph (20 calls per replay): %7.2f us %5.2f TB/s\n", ms_graph * 1e3, bytes / ms_graph / 1e9);
-    printf("  graph, 2 stages (%d splits): %7.2f us %5.2f TB/s; 4 stages (%d splits): %7.2f us %5.2f TB/s\n", count2,
-           ms2 * 1e3, bytes / ms2 / 1e9, count4, ms4 * 1e3, bytes / ms4 / 1e9);
+    printf("  read roofline: a plain kernel reading the same K+V bytes (graph): %7.2f us %5.2f TB/s\n", ms_read * 1e3,
+           bytes / ms_read / 1e9);
+    // Other K/V pipeline depths (the default is attn::kDecodeStages), as graph replays.
+    auto depth = [&](auto stages) {
+        constexpr int S = decltype(stages)::value;
+        const int splits = attn::decode_slot_count<bf16, 128, S>(ctx, nKV, 1);
+        const double t = graph_ms(
+            [&](int i, cudaStream_t st) { attn::launch_decode<bf16, 128, S>(params(i % sets), ws, splits, st); }, 20, 30);
+        printf("  graph, %d stages (%d splits): %7.2f us %5.2f TB/s\n", S, splits, t * 1e3, bytes / t / 1e9);
+    };
+    depth(std::integral_constant<int, 2>{});
+    depth(std::integral_constant<int, 4>{});
+    depth(std::integral_constant<int, 5>{});
+    depth(std::integral_constant<int, 6>{});
     printf("  graph, shuffled block table: %7.2f us %5.2f TB/s\n", ms_shuffled * 1e3, bytes / ms_shuffled / 1e9);
     char key[64];
     snprintf(key, sizeof key, "decode_%d_%d", nH, nKV);
@@ -283,15 +314,22 @@ int main(int argc, char** argv) {
         cudaDeviceProp prop;
         cudaCheck(cudaGetDeviceProperties(&prop, 0));
         printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-        Results res{argc > 1 ? fopen(argv[1], "w") : nullptr};
-        bench_prefill(4096, res);
-        bench_prefill(16384, res);
-        bench_decode(32, 32, res);
-        bench_decode(40, 8, res);
-        bench_decode_batch(40, 8, std::vector<int>(16, 2048), "2048 keys each", "decode_batch_16x2048_40_8_graph", res);
-        std::vector<int> mixed(16, 512);
-        mixed[5] = 32768;
-        bench_decode_batch(40, 8, mixed, "1 x 32768 + 15 x 512 keys", "decode_batch_mixed_40_8_graph", res);
+        Results res{argc > 1 && std::string(argv[1]) != "-" ? fopen(argv[1], "w") : nullptr};
+        // A part alone: the parts whose name starts with argv[2] ("prefill", "decode", "decode_40_8", "batch").
+        const std::string only = argc > 2 ? argv[2] : "";
+        auto want = [&](const std::string& part) { return part.compare(0, only.size(), only) == 0; };
+        if (want("prefill")) {
+            bench_prefill(4096, res);
+            bench_prefill(16384, res);
+        }
+        if (want("decode_32_32")) bench_decode(32, 32, res);
+        if (want("decode_40_8")) bench_decode(40, 8, res);
+        if (want("batch")) {
+            bench_decode_batch(40, 8, std::vector<int>(16, 2048), "2048 keys each", "decode_batch_16x2048_40_8_graph", res);
+            std::vector<int> mixed(16, 512);
+            mixed[5] = 32768;
+            bench_decode_batch(40, 8, mixed, "1 x 32768 + 15 x 512 keys", "decode_batch_mixed_40_8_graph", res);
+        }
         if (res.f) fclose(res.f);
     } catch (const std::exception& e) {
         fprintf(stderr, "bench_attention: %s\n", e.what());

@@ -61,6 +61,9 @@ struct AttnParams {
     int block_size;   // tokens per block: a power of two >= 8 (the engine uses 16)
     int batch;        // sequences (decode); 1 for prefill
 };
+// attention_decode reads pos0 and block_table before it waits for the kernel ahead of it in the
+// stream (a programmatic dependent launch), so they must not be written by that kernel: the
+// engine uploads them with a copy at the start of the step.
 
 
 namespace attn {
@@ -200,13 +203,7 @@ __device__ __forceinline__ KeyRange visible_keys(int first_pos, int last_pos, in
 // ------------------------------------------------------------------------------------------
 // The paged cache. Sequence b's table row maps position j to pool row
 //     table[j >> shift] << shift | (j & mask),   shift = log2(block_size), mask = block_size - 1.
-// A K/V tile of BN keys (key0 a multiple of BN) spans nb = max(1, BN / block_size) blocks;
-// lane i of every warp holds the table entry of block i (tile_blocks), read one tile ahead of
-// its use and left untouched until then (any instruction on it would wait for the load), so
-// the table's latency hides behind the tile before; the thread that copies row r takes the
-// entry from the lane of r's block (one shuffle). Pool rows are < 2^31.
-// Only keys in the range a block reads, [lo, hi), are ever looked up: the entries before lo may
-// be released (-1) and those past hi may lie past the sequence's blocks.
+// Pool rows are < 2^31. The simple kernels look entries up one by one (Pages::row).
 // ------------------------------------------------------------------------------------------
 struct Pages {
     const int* table;  // sequence b's row of the block table
@@ -218,14 +215,58 @@ __device__ __forceinline__ Pages pages_of(const AttnParams<T>& p, int b) {
     return {p.block_table + (int64_t)b * p.table_stride, __ffs(p.block_size) - 1, p.block_size - 1};
 }
 
-// Lane's table entry for the tile of BN keys from key0, or -1 for lanes past the tile's blocks
-// or whose block starts at or past hi (not read: it may not exist).
-template <int BN>
-__device__ __forceinline__ int tile_blocks(const Pages& pg, int key0, int hi, int lane) {
-    const int first = key0 >> pg.shift;
-    const bool used = lane < max(1, BN >> pg.shift) && (first + lane) << pg.shift < hi;
-    return used ? __ldg(pg.table + first + lane) : -1;
+// The flash kernels read the table a window of 32 entries at a time (32 blocks, >= 256 keys, so
+// a 64-key tile never lies in two windows): lane i of every warp holds entry 32w + i of the
+// current window w in a register, `cur`; the thread that copies row `key` takes its entry from
+// lane (key >> shift) % 32 with one shuffle. The next windows are copied with cp.async into a
+// per-warp ring of three in shared memory (window v in slot v % 3), two windows (>= 8 tiles)
+// ahead: they arrive with the tile copies of their commit group, which has landed by the time
+// `cur` is read from the ring as long as the K/V pipeline has at most 8 stages. The first two
+// are waited for when the window is made (at the start of a block, where the first entries'
+// latency is paid anyway). Loading them into registers instead (with plain loads) made ptxas wait for
+// each fresh load right after issuing it (a register copy at the loop's merge point), and the
+// decode kernel spent its largest stall there (ncu). Entries outside the keys a block reads,
+// [lo, hi), are never loaded: those before lo may be released (-1), those past hi may lie past
+// the sequence's blocks (the ring gets zeros for them, and they are never used).
+constexpr int kTableRingBytes = 3 * 32 * 4;  // per warp
+
+__device__ __forceinline__ void cp_async_4(uint32_t saddr, const void* gmem, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(saddr), "l"(gmem), "r"(valid ? 4 : 0));
 }
+
+struct TableWindow {
+    Pages pg;
+    int first, last;   // entries that may be read: the blocks of keys lo .. hi-1
+    int lane, w, cur;
+    uint32_t ring;     // this warp's ring (kTableRingBytes of shared memory)
+    // Starts at the window of key lo, the first key read. Waits for every cp.async group of the
+    // thread, so it comes before the block's first copies.
+    __device__ TableWindow(const Pages& pages, int lo, int hi, int lane_, uint32_t ring_)
+        : pg(pages), first(lo >> pages.shift), last((hi - 1) >> pages.shift), lane(lane_), w(first >> 5), ring(ring_) {
+        const int e = w * 32 + lane;
+        cur = e >= first && e <= last ? __ldg(pg.table + e) : -1;
+        prefetch(w + 1);
+        prefetch(w + 2);
+        cp_async_commit();
+        cp_async_wait<0>();
+    }
+    __device__ uint32_t slot(int v) const { return ring + (v % 3 * 32 + lane) * 4; }
+    __device__ void prefetch(int v) const {
+        const int e = v * 32 + lane;
+        const bool used = e >= first && e <= last;
+        cp_async_4(slot(v), pg.table + (used ? e : first), used);
+    }
+    // Makes the window holding `key` current. Keys arrive in order, a tile at a time, so that
+    // window is w or w + 1 (the same key in every lane of the warp).
+    __device__ __forceinline__ void advance(int key) {
+        if (key >> pg.shift >> 5 == w) return;
+        ++w;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(cur) : "r"(slot(w)));
+        prefetch(w + 2);
+    }
+    // Pool block of `key`, which must lie in the current window (a warp-wide shuffle).
+    __device__ __forceinline__ uint32_t block_of(int key) const { return __shfl_sync(0xffffffffu, cur, (key >> pg.shift) & 31); }
+};
 
 // ------------------------------------------------------------------------------------------
 // Warp-level flash-attention steps on tensor cores, shared by prefill and decode. A warp owns
@@ -233,40 +274,67 @@ __device__ __forceinline__ int tile_blocks(const Pages& pg, int key0, int hi, in
 // lane rows lane/4 and lane/4+8 of an m-tile (index `half` 0/1 below), two columns each.
 // ------------------------------------------------------------------------------------------
 
-// s = Q·Kᵀ for this warp: Q fragments are read from shared memory per 16-wide slice of hd; one
-// ldmatrix.x4 of K gives the B fragments of two n-tiles, reused by all MT m-tiles.
-// Lane addresses: Q (A operand) rows lane%16, chunk lane/16; K rows lane%8 + 8*(lane/16),
-// chunk (lane/8)%2 (matrices: keys 0-7 dims 0-7, keys 0-7 dims 8-15, keys 8-15 ...).
-// At hd 128 the hd loop is unrolled by 2 only: fully unrolled, ptxas hoists so many fragment
-// loads that the prefill kernel spills at 255 registers.
-template <typename T, int HD, int MT, int NT>
-__device__ __forceinline__ void warp_scores(float (&s)[MT][NT][4], SmemTile<HD> q, SmemTile<HD> k, int lane) {
+// s = Q·Kᵀ for this warp. q_frag(mt, kk, a) gives the A fragment of m-tile mt, dims kk .. kk+15
+// (prefill: an ldmatrix from shared memory at each use; decode: registers filled once). One
+// ldmatrix.x4 of K gives the B fragments of two n-tiles, reused by all MT m-tiles. K lane
+// addresses: rows lane%8 + 8*(lane/16), chunk (lane/8)%2 (matrices: keys 0-7 dims 0-7, keys 0-7
+// dims 8-15, keys 8-15 ...). With one m-tile (decode) the even and odd 16-wide slices of hd
+// accumulate in two separate chains, halving the chain of dependent mma.
+// In the prefill kernel (MT = 2) at hd 128 the hd loop is unrolled by 2 only: fully unrolled,
+// ptxas hoists so many fragment loads that it spills at 255 registers.
+template <typename T, int HD, int MT, int NT, typename QFrag>
+__device__ __forceinline__ void warp_scores(float (&s)[MT][NT][4], QFrag q_frag, SmemTile<HD> k, int lane) {
     using Tile = SmemTile<HD>;
-    const uint32_t qa = q.at(lane & 15, lane >> 4), ka = k.at((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) s[mt][n][i] = 0.0f;
-    constexpr int UNROLL = HD >= 128 ? 2 : HD / 16;
+    constexpr int CHAINS = MT == 1 ? 2 : 1, UNROLL = HD >= 128 && MT > 1 ? 2 : HD / 16;
+    const uint32_t ka = k.at((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
+    float acc[CHAINS][MT][NT][4] = {};
 #pragma unroll UNROLL
     for (int kk = 0; kk < HD; kk += 16) {
+        float(&chain)[MT][NT][4] = acc[kk / 16 % CHAINS];
         uint32_t a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) ldmatrix_x4(a[mt], Tile::step(qa, mt * 16, kk / 8));
+        for (int mt = 0; mt < MT; mt++) q_frag(mt, kk, a[mt]);
 #pragma unroll
         for (int n = 0; n < NT; n += 2) {
             uint32_t b[4];  // keys n*8 .. n*8+15: {n-tile n: b0, b1}, {n-tile n+1: b0, b1}
             ldmatrix_x4(b, Tile::step(ka, n * 8, kk / 8));
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                mma_16x8x16<T>(s[mt][n], a[mt], b[0], b[1]);
-                mma_16x8x16<T>(s[mt][n + 1], a[mt], b[2], b[3]);
+                mma_16x8x16<T>(chain[mt][n], a[mt], b[0], b[1]);
+                mma_16x8x16<T>(chain[mt][n + 1], a[mt], b[2], b[3]);
             }
         }
     }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[mt][n][i] = CHAINS == 1 ? acc[0][mt][n][i] : acc[0][mt][n][i] + acc[CHAINS - 1][mt][n][i];
 }
+
+// The A fragments of Q (rows lane%16, chunk lane/16 of each 16 x 16 block) straight from a
+// shared-memory tile, one ldmatrix.x4 per use.
+template <int HD>
+struct QFromSmem {
+    uint32_t qa;  // this lane's address in m-tile 0, dims 0..15
+    __device__ QFromSmem(SmemTile<HD> q, int lane) : qa(q.at(lane & 15, lane >> 4)) {}
+    __device__ void operator()(int mt, int kk, uint32_t (&a)[4]) const { ldmatrix_x4(a, SmemTile<HD>::step(qa, mt * 16, kk / 8)); }
+};
+// ... or all of them for one m-tile (hd/16 slices, 32 registers at hd 128), read once.
+template <int HD>
+struct QInRegisters {
+    uint32_t f[HD / 16][4];
+    __device__ QInRegisters(SmemTile<HD> q, int lane) {
+        const QFromSmem<HD> src(q, lane);
+#pragma unroll
+        for (int kk = 0; kk < HD; kk += 16) src(0, kk, f[kk / 16]);
+    }
+    __device__ void operator()(int, int kk, uint32_t (&a)[4]) const {
+#pragma unroll
+        for (int i = 0; i < 4; i++) a[i] = f[kk / 16][i];
+    }
+};
 
 // Sets s = -inf where key j is hidden from the row at position pos: j > pos, or j <= pos - window.
 // key0 is the key of n-tile 0, column 0; row_pos(r) the position of the warp's row r.
@@ -367,8 +435,8 @@ __device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (
     }
 }
 
-// Starts copying keys key0 .. key0+BN-1 of KV head kvh into a K and a V tile; `blocks` holds
-// the tile's table entries (tile_blocks). Rows outside the keys [lo, hi) are zero-filled without
+// Starts copying keys key0 .. key0+BN-1 of KV head kvh into a K and a V tile; `tw` must hold
+// the tile's window (TableWindow::advance). Rows outside the keys [lo, hi) are zero-filled without
 // touching the pool: their blocks may be released or unwritten, and even a masked row must not
 // hold NaN (its probability 0 times NaN in P·V would be NaN). The K and V tiles share a layout,
 // so a row's V chunk lands at the K chunk's address plus (sv - sk).
@@ -378,16 +446,16 @@ __device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (
 // block per SM and in batched decode).
 template <int BN, int THREADS, typename T, int HD>
 __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T>& p,
-                                                   const Pages& pg, int blocks, int kvh, int key0, int lo, int hi) {
-    const int in_block = key0 & pg.mask;  // key0's offset in its block (0 unless block_size > BN)
+                                                   const TableWindow& tw, int kvh, int key0, int lo, int hi) {
+    static_assert(BN <= 32 * 8, "a tile lies in one table window (block_size >= 8)");
     const uint32_t row_bytes = p.nKV * HD * sizeof(T), to_v = sv.base - sk.base;
     for_each_tile_chunk<BN, THREADS>(sk, [&](int r, int c, uint32_t s) {
         const char* k = reinterpret_cast<const char*>(p.k + kvh * HD + c * 8);  // the same for all rows
         const char* v = reinterpret_cast<const char*>(p.v + kvh * HD + c * 8);
         const int key = key0 + r;
-        const int block = __shfl_sync(0xffffffffu, blocks, (in_block + r) >> pg.shift);
+        const uint32_t block = tw.block_of(key);
         const bool valid = (unsigned)(key - lo) < (unsigned)(hi - lo);  // lo <= key < hi
-        const uint32_t row = valid ? block << pg.shift | (key & pg.mask) : 0;
+        const uint32_t row = valid ? block << tw.pg.shift | (key & tw.pg.mask) : 0;
         cp_async_16(s, k + mul_wide(row, row_bytes), valid);
         cp_async_16(s + to_v, v + mul_wide(row, row_bytes), valid);
     });
@@ -414,7 +482,8 @@ __device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnPar
 //   double-buffered: tile i+1 is copied with cp.async while tile i is computed (and the table
 //   entries of tile i+2 are read). Only tiles that some row sees partially (the diagonal, the
 //   window's start) apply the element mask.
-//   Shared memory: Q 128 x hd + 2 stages x (K, V) BN x hd = 96 KB at hd 128, BN 64: 2 blocks
+//   Shared memory: Q 128 x hd + 2 stages x (K, V) BN x hd = 96 KB at hd 128, BN 64 (and the
+//   table rings, 1.5 KB): 2 blocks
 //   per SM. Registers: o (32 x hd / 32 lanes = 128 fp32 at hd 128) + s (BN fp32): 255, no
 //   spill with the paged loader's 32-bit address math (before it: 20 bytes spilled, 7% slower).
 //   BN = 32 measured 15% slower.
@@ -435,7 +504,6 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
     const RowMap map{g, (int)blockIdx.x, t0, (t_end - t0) * g};
     const int pos0 = p.pos0[0], pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
     const KeyRange keys = visible_keys(pos_lo, pos_hi, p.window);
-    const Pages pg = pages_of(p, 0);
     const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
 
     auto row_pos = [&](int r) { return pos0 + map.token(warp * 32 + r); };  // position of the warp's row r
@@ -444,24 +512,24 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
     for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY;
     const float c = p.scale * kLog2e;
 
+    TableWindow tw(pages_of(p, 0), keys.lo, keys.hi, lane, sq.base + (BM + 4 * BN) * SmemTile<HD>::kRowBytes + warp * kTableRingBytes);
     load_q_tile_async<BM, kPrefillThreads>(sq, p, map);
     cp_async_commit();
-    int blocks = tile_blocks<BN>(pg, tile_lo * BN, keys.hi, lane);
-    load_kv_tile_async<BN, kPrefillThreads>(k_stage(0), v_stage(0), p, pg, blocks, map.kvh, tile_lo * BN, keys.lo, keys.hi);
+    load_kv_tile_async<BN, kPrefillThreads>(k_stage(0), v_stage(0), p, tw, map.kvh, tile_lo * BN, keys.lo, keys.hi);
     cp_async_commit();
-    blocks = tile_blocks<BN>(pg, (tile_lo + 1) * BN, keys.hi, lane);
     for (int tile = tile_lo; tile <= tile_hi; tile++) {
         const int stage = (tile - tile_lo) & 1, key0 = tile * BN;
-        if (tile < tile_hi)
-            load_kv_tile_async<BN, kPrefillThreads>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, pg, blocks, map.kvh,
-                                                    key0 + BN, keys.lo, keys.hi);
+        if (tile < tile_hi) {
+            tw.advance(key0 + BN);
+            load_kv_tile_async<BN, kPrefillThreads>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, tw, map.kvh, key0 + BN,
+                                                    keys.lo, keys.hi);
+        }
         cp_async_commit();
-        blocks = tile_blocks<BN>(pg, key0 + 2 * BN, keys.hi, lane);
         cp_async_wait<1>();  // everything but the prefetch just issued has landed
         __syncthreads();
 
         float s[MT][NT][4];
-        warp_scores<T, HD, MT, NT>(s, sq.rows_from(warp * 32), k_stage(stage), lane);
+        warp_scores<T, HD, MT, NT>(s, QFromSmem<HD>(sq.rows_from(warp * 32), lane), k_stage(stage), lane);
         const bool partial = key0 + BN - 1 > pos_lo || (p.window > 0 && key0 <= pos_hi - p.window);
         if (partial) mask_scores<MT, NT>(s, row_pos, key0, p.window, lane);
         online_softmax<MT, NT, DT>(s, m, l, o, c);
@@ -565,12 +633,12 @@ template <typename T, int HD, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int slots,
                                                                           float* o_part, float* lse_part) {
     constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8, WARPS = kDecodeThreads / 32;
+    static_assert(STAGES <= 8, "the table ring runs 8 tiles ahead (TableWindow)");
     extern __shared__ __align__(128) uint4 smem[];
     const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows 16 + 2s*BN
     auto k_stage = [&](int s) { return sq.rows_from(kDecodeRows + 2 * s * BN); };
     auto v_stage = [&](int s) { return sq.rows_from(kDecodeRows + (2 * s + 1) * BN); };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slot = blockIdx.y;
-    allow_dependent_launch();  // the combine kernel may start; it waits for our writes anyway
 
     const SlotRun run = plan_slots(p, slots, -1, slot);
     if (run.b < 0) return;  // an idle slot (same for the whole block)
@@ -580,38 +648,49 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     const int lo = max(seq.lo, tile_lo * BN), hi = min(seq.hi, (tile_hi + 1) * BN);
     const int g = p.nH / p.nKV, pos0 = p.pos0[run.b];
     const RowMap map{g, (int)blockIdx.x, run.b * p.n_q, p.n_q * g};
-    const Pages pg = pages_of(p, run.b);
-
-    auto row_pos = [&](int r) { return pos0 + r / g; };
+    // Positions of this lane's two rows (lane/4 and lane/4 + 8), for the mask.
+    const int my_pos[2] = {pos0 + (lane / 4) / g, pos0 + (lane / 4 + 8) / g};
+    auto row_pos = [&](int r) { return my_pos[(r >> 3) & 1]; };
     float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
     const float c = p.scale * kLog2e;
 
-    // Prologue: Q and the first STAGES-1 tiles in flight (one commit group each, maybe empty);
-    // `ahead` holds the table entries of the tile after them.
+    // Prologue: Q and the first STAGES-1 tiles in flight (one commit group each, maybe empty).
+    // Everything so far read only pos0 and the table, which exist before the kernel ahead of
+    // this one in the stream runs (rope, which writes q and this step's K/V rows); the launch is
+    // a programmatic dependent one, so this much overlaps that kernel's tail.
+    TableWindow tw(pages_of(p, run.b), lo, hi, lane, sq.base + (kDecodeRows + 2 * STAGES * BN) * SmemTile<HD>::kRowBytes + warp * kTableRingBytes);
+    grid_dependency_wait();
+    allow_dependent_launch();  // the combine kernel may start; it waits for our writes anyway
     load_q_tile_async<kDecodeRows, kDecodeThreads>(sq, p, map);
-    int blocks[STAGES];
-#pragma unroll
-    for (int i = 0; i < STAGES; i++) blocks[i] = tile_blocks<BN>(pg, (tile_lo + i) * BN, hi, lane);
+    cp_async_commit();
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
-        if (tile_lo + i <= tile_hi)
-            load_kv_tile_async<BN, kDecodeThreads>(k_stage(i), v_stage(i), p, pg, blocks[i], map.kvh, (tile_lo + i) * BN, lo, hi);
+        if (tile_lo + i <= tile_hi) {
+            tw.advance((tile_lo + i) * BN);
+            load_kv_tile_async<BN, kDecodeThreads>(k_stage(i), v_stage(i), p, tw, map.kvh, (tile_lo + i) * BN, lo, hi);
+        }
         cp_async_commit();
     }
-    int ahead = blocks[STAGES - 1];
+    const int pos_hi = pos0 + p.n_q - 1;  // the last query's position
+    cp_async_wait<STAGES - 1>();           // Q has landed: its fragments go to registers
+    __syncthreads();
+    const QInRegisters<HD> q(sq, lane);
     for (int tile = tile_lo; tile <= tile_hi; tile++) {
         const int stage = (tile - tile_lo) % STAGES, next = tile + STAGES - 1, key0 = tile * BN + warp * WN;
-        if (next <= tile_hi)
+        if (next <= tile_hi) {
+            tw.advance(next * BN);
             load_kv_tile_async<BN, kDecodeThreads>(k_stage((next - tile_lo) % STAGES), v_stage((next - tile_lo) % STAGES), p,
-                                                   pg, ahead, map.kvh, next * BN, lo, hi);
+                                                   tw, map.kvh, next * BN, lo, hi);
+        }
         cp_async_commit();
-        ahead = tile_blocks<BN>(pg, (next + 1) * BN, hi, lane);
         cp_async_wait<STAGES - 1>();  // tile `tile` (and Q) have landed
         __syncthreads();
 
         float s[1][NT][4];
-        warp_scores<T, HD, 1, NT>(s, sq, k_stage(stage).rows_from(warp * WN), lane);
-        mask_scores<1, NT>(s, row_pos, key0, p.window, lane);  // cheap here: decode is memory-bound
+        warp_scores<T, HD, 1, NT>(s, q, k_stage(stage).rows_from(warp * WN), lane);
+        // Only the tiles that some row sees in part (the last one; the window's first) need the mask.
+        if (tile * BN + BN - 1 > pos0 || (p.window > 0 && tile * BN <= pos_hi - p.window))
+            mask_scores<1, NT>(s, row_pos, key0, p.window, lane);
         online_softmax<1, NT, DT>(s, m, l, o, c);
         warp_pv<T, HD, 1, NT>(o, s, v_stage(stage).rows_from(warp * WN), lane);
         __syncthreads();
@@ -673,6 +752,7 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
     // pos0 is written before the split kernel starts (stream order), so the plan needs no wait.
     const SlotRun run = plan_slots(p, slots, seq, -1);
     grid_dependency_wait();
+    allow_dependent_launch();  // e.g. the next step's split kernel: it waits for us before using our output
 
     // Each group merges splits grp, grp + GROUPS, ... with a running max m and sum l.
     float m = -INFINITY, l = 0.0f;
@@ -849,7 +929,7 @@ void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     const int g = p.nH / p.nKV, tokens = kPrefillBM / g;
     if (tokens == 0) fail("attention_prefill: more than 128 query heads per KV head");
     constexpr auto kernel = attention_prefill_kernel<T, HD, BN>;
-    const int smem = (kPrefillBM + 4 * BN) * HD * sizeof(T);
+    const int smem = (kPrefillBM + 4 * BN) * HD * sizeof(T) + kPrefillThreads / 32 * kTableRingBytes;
     allow_smem<kernel>(smem);
     kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), kPrefillThreads, smem, stream>>>(p);
     cudaCheckLaunch();
@@ -857,7 +937,7 @@ void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
 
 template <int HD, int STAGES = kDecodeStages>
 constexpr int decode_smem_bytes() {
-    return (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2;
+    return (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2 + kDecodeThreads / 32 * kTableRingBytes;
 }
 
 // The most split slots per KV head a decode of `batch` sequences of up to s_cap positions uses
@@ -883,26 +963,33 @@ int decode_slot_count(int s_cap, int nKV, int batch) {
     return std::min(decode_max_slots(s_cap, batch), std::max(2 * batch, resident / nKV));
 }
 
+// Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch: its
+// blocks may start before the previous kernel in the stream has finished, and must execute
+// griddepcontrol.wait before touching what that kernel writes.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = 1;
+    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 // slots: split slots per KV head (decode_slot_count; the workspace must hold that many).
 template <typename T, int HD, int STAGES = kDecodeStages>
 void launch_decode(const AttnParams<T>& p, void* workspace, int slots, cudaStream_t stream) {
     float* o_part = static_cast<float*>(workspace);
     float* lse_part = o_part + (size_t)slots * p.n_q * p.nH * HD;
-    attention_decode_kernel<T, HD, STAGES>
-        <<<dim3(p.nKV, slots), kDecodeThreads, decode_smem_bytes<HD, STAGES>(), stream>>>(p, slots, o_part, lse_part);
-    cudaCheckLaunch();
-    // The combine as a programmatic dependent launch (see griddepcontrol above).
-    cudaLaunchAttribute pdl;
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(p.batch * p.n_q * p.nH);
-    cfg.blockDim = dim3(256);
-    cfg.stream = stream;
-    cfg.attrs = &pdl;
-    cfg.numAttrs = 1;
-    cudaCheck(cudaLaunchKernelEx(&cfg, attention_combine_kernel<T, HD>, p, slots, (const float*)o_part,
-                                 (const float*)lse_part));
+    launch_dependent(attention_decode_kernel<T, HD, STAGES>, dim3(p.nKV, slots), dim3(kDecodeThreads),
+                     decode_smem_bytes<HD, STAGES>(), stream, p, slots, o_part, lse_part);
+    launch_dependent(attention_combine_kernel<T, HD>, dim3(p.batch * p.n_q * p.nH), dim3(256), 0, stream, p, slots,
+                     (const float*)o_part, (const float*)lse_part);
 }
 
 template <typename T>
