@@ -74,6 +74,7 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
 template <typename T> constexpr int kVec = 16 / sizeof(T);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // ---- reductions (blockDim.x must be a multiple of 32) ----
 

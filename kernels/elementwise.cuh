@@ -5,9 +5,12 @@
 //   swiglu     out[r, i] = silu(gu[r, i]) * gu[r, I + i]          silu(g) = g / (1 + exp(-g))
 //   clip       x = clamp(x, -c, c)                                OLMo-1 clip_qkv, in place
 //   convert    out = in, from one dtype to another                 e.g. embeddings into the fp32 residual
+// swiglu reads gu in T or fp32 (the engine passes its fp32 GEMM output) and writes T; clip runs
+// on any type (the engine's fp32 qkv).
 //
-// Each thread moves a Pack of N elements: N = kVec<T> (16 bytes) when the row length and every
-// pointer allow aligned 16-byte accesses, else N = 1. Math in fp32, one rounding per output.
+// Each thread moves a Pack of N elements: N = kVec<T> (16 bytes of T; an fp32 input pack is
+// N floats) when the row length and every pointer allow aligned accesses, else N = 1. Math in
+// fp32, one rounding per output.
 #pragma once
 #include <algorithm>
 
@@ -47,32 +50,32 @@ void embedding(T* out, const T* table, const int* ids, int rows, int H, cudaStre
 
 // ---- swiglu ----
 
-template <typename T, int N>
-__global__ void swiglu_kernel(T* out, const T* gu, int rows, int I) {
-    using P = Pack<T, N>;
+template <typename T, typename X, int N>
+__global__ void swiglu_kernel(T* out, const X* gu, int rows, int I) {
+    using P = Pack<X, N>;
     const int packs_per_row = I / N;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < (int64_t)rows * packs_per_row;
          p += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = p / packs_per_row, c = p % packs_per_row;
         const P gate = reinterpret_cast<const P*>(gu + r * 2 * I)[c];
         const P up = reinterpret_cast<const P*>(gu + r * 2 * I + I)[c];
-        P o;
+        Pack<T, N> o;
         for (int j = 0; j < N; j++) {
             const float g = to_float(gate.v[j]);
             o.v[j] = from_float<T>(g / (1.0f + expf(-g)) * to_float(up.v[j]));
         }
-        reinterpret_cast<P*>(out + r * I)[c] = o;
+        reinterpret_cast<Pack<T, N>*>(out + r * I)[c] = o;
     }
 }
 
-// out [rows, I] = silu(gate) * up, with gu [rows, 2I] = gate | up.
-template <typename T> void swiglu(T* out, const T* gu, int rows, int I, cudaStream_t stream) {
+// out [rows, I] (T) = silu(gate) * up, with gu [rows, 2I] = gate | up (T or fp32).
+template <typename T, typename X> void swiglu(T* out, const X* gu, int rows, int I, cudaStream_t stream) {
     if (rows == 0 || I == 0) return;
     constexpr int N = kVec<T>, threads = 256;
-    if (I % N == 0 && aligned16(out) && aligned16(gu))
-        swiglu_kernel<T, N><<<grid_blocks((int64_t)rows * I / N, threads), threads, 0, stream>>>(out, gu, rows, I);
+    if (I % N == 0 && aligned(out, N * sizeof(T)) && aligned(gu, N * sizeof(X)))
+        swiglu_kernel<T, X, N><<<grid_blocks((int64_t)rows * I / N, threads), threads, 0, stream>>>(out, gu, rows, I);
     else
-        swiglu_kernel<T, 1><<<grid_blocks((int64_t)rows * I, threads), threads, 0, stream>>>(out, gu, rows, I);
+        swiglu_kernel<T, X, 1><<<grid_blocks((int64_t)rows * I, threads), threads, 0, stream>>>(out, gu, rows, I);
     cudaCheckLaunch();
 }
 

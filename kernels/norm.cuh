@@ -5,19 +5,22 @@
 //   rmsnorm        out = w * (x / sqrt(mean(x²) + eps))           OLMo-2/3 (also QK-norm)
 //   add_layernorm  x += y;  xn = layernorm(x)                      OLMo-1 residual + next norm
 //   add_rmsnorm    x += w * (y / sqrt(mean(y²) + eps)); xb = x     OLMo-2/3 post-norm residual
+// Types: inputs x, y in T or fp32 (the engine passes the fp32 residual and fp32 GEMM outputs);
+// weights w in T; outputs xn, xb in T; add_*'s residual x is fp32; rmsnorm's out is T or fp32
+// (the QK-norm runs in place on the engine's fp32 qkv).
 //
 // The residual stream x is kept in fp32 whatever the storage type T of weights and other
 // activations (as llama.cpp does): it carries the sum of every layer's output, and rounding
 // it to bf16 after each add is the largest error source of a bf16 forward. The fused kernels
 // hand the next GEMM its input in T (xn, or xb = x rounded once).
 //
-// A block walks its row in Packs of N elements (16-byte loads when the row length, strides and
+// A block walks its row in Packs of N elements (N = kVec<T> when the row length, strides and
 // pointers allow, else N = 1), each thread always taking the same packs, so a thread only ever
 // re-reads what it wrote itself. Sums are reduced with warp shuffles and shared memory
 // (block_reduce); the row is read again from cache for each pass instead of being held in
 // registers. LayerNorm takes two passes over x for the statistics (mean, then the squared
 // deviations from it) as the CPU reference does, which stays accurate when |mean| >> std.
-// All math in fp32; each output is rounded to T once. rmsnorm and add_rmsnorm follow the
+// All math in fp32; each output is rounded once. rmsnorm and add_rmsnorm follow the
 // operation order of cpu::rmsnorm: w * (x * rstd).
 #pragma once
 #include "cuda_common.cuh"
@@ -52,14 +55,15 @@ template <typename T, typename X, int N> __global__ void layernorm_kernel(T* out
     layernorm_row<N>(out + (int64_t)blockIdx.x * H, x + (int64_t)blockIdx.x * H, H, eps);
 }
 
-// x (fp32 residual) += y; xn = LayerNorm(x) in T.
-template <typename T, int N> __global__ void add_layernorm_kernel(float* x, const T* y, T* xn, int H, float eps) {
+// x (fp32 residual) += y (T or fp32); xn = LayerNorm(x) in T.
+template <typename T, typename Y, int N>
+__global__ void add_layernorm_kernel(float* x, const Y* y, T* xn, int H, float eps) {
     using PX = Pack<float, N>;
     float* x_row = x + (int64_t)blockIdx.x * H;
-    const Pack<T, N>* y_row = reinterpret_cast<const Pack<T, N>*>(y + (int64_t)blockIdx.x * H);
+    const Pack<Y, N>* y_row = reinterpret_cast<const Pack<Y, N>*>(y + (int64_t)blockIdx.x * H);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {  // the residual add, in fp32
         PX a = reinterpret_cast<PX*>(x_row)[i];
-        const Pack<T, N> b = y_row[i];
+        const Pack<Y, N> b = y_row[i];
         for (int j = 0; j < N; j++) a.v[j] += to_float(b.v[j]);
         reinterpret_cast<PX*>(x_row)[i] = a;
     }
@@ -67,31 +71,31 @@ template <typename T, int N> __global__ void add_layernorm_kernel(float* x, cons
 }
 
 // Rows of x and out are ld_in and ld_out elements apart; out may be x (in place).
-template <typename T, typename X, int N>
-__global__ void rmsnorm_kernel(T* out, const X* x, const T* w, int H, int64_t ld_in, int64_t ld_out, float eps) {
+template <typename O, typename X, typename T, int N>
+__global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld_in, int64_t ld_out, float eps) {
     const X* x_row = x + blockIdx.x * ld_in;
-    T* out_row = out + blockIdx.x * ld_out;
+    O* out_row = out + blockIdx.x * ld_out;
     const float rstd = 1.0f / sqrtf(row_sum<N>(x_row, H, [](float v) { return v * v; }) / H + eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
         const Pack<X, N> in = reinterpret_cast<const Pack<X, N>*>(x_row)[i];
         const Pack<T, N> wp = reinterpret_cast<const Pack<T, N>*>(w)[i];
-        Pack<T, N> o;
-        for (int j = 0; j < N; j++) o.v[j] = from_float<T>(to_float(wp.v[j]) * (to_float(in.v[j]) * rstd));
-        reinterpret_cast<Pack<T, N>*>(out_row)[i] = o;
+        Pack<O, N> o;
+        for (int j = 0; j < N; j++) o.v[j] = from_float<O>(to_float(wp.v[j]) * (to_float(in.v[j]) * rstd));
+        reinterpret_cast<Pack<O, N>*>(out_row)[i] = o;
     }
 }
 
-// x (fp32 residual) += RMSNorm(y) * w; xb = x rounded to T (the next GEMM's input).
-template <typename T, int N>
-__global__ void add_rmsnorm_kernel(float* x, const T* y, const T* w, T* xb, int H, float eps) {
+// x (fp32 residual) += RMSNorm(y) * w, y in T or fp32; xb = x rounded to T (the next GEMM's input).
+template <typename T, typename Y, int N>
+__global__ void add_rmsnorm_kernel(float* x, const Y* y, const T* w, T* xb, int H, float eps) {
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
     float* x_row = x + (int64_t)blockIdx.x * H;
-    const T* y_row = y + (int64_t)blockIdx.x * H;
+    const Y* y_row = y + (int64_t)blockIdx.x * H;
     const float rstd = 1.0f / sqrtf(row_sum<N>(y_row, H, [](float v) { return v * v; }) / H + eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
         PX a = reinterpret_cast<PX*>(x_row)[i];
-        const P b = reinterpret_cast<const P*>(y_row)[i];
+        const Pack<Y, N> b = reinterpret_cast<const Pack<Y, N>*>(y_row)[i];
         const P wp = reinterpret_cast<const P*>(w)[i];
         P o;
         for (int j = 0; j < N; j++) {
@@ -127,39 +131,41 @@ template <typename T, typename X> void layernorm(T* out, const X* x, int rows, i
 
 // out[r, 0:H] = RMSNorm(x[r, 0:H]) * w for r < rows, where row r of x starts at x + r*ld_in and
 // of out at out + r*ld_out: this normalizes a column range of a wider buffer (the q or k part
-// of a fused qkv projection), in place when out == x. x is T or fp32 (the residual stream).
-template <typename T, typename X>
-void rmsnorm(T* out, const X* x, const T* w, int rows, int H, int64_t ld_in, int64_t ld_out, float eps,
+// of a fused qkv projection), in place when out == x. x and out are T or fp32 (the residual
+// stream, the fp32 qkv projection); w is T.
+template <typename O, typename X, typename T>
+void rmsnorm(O* out, const X* x, const T* w, int rows, int H, int64_t ld_in, int64_t ld_out, float eps,
              cudaStream_t stream) {
     if (rows == 0) return;
     constexpr int N = kVec<T>;
     if (packable<T>(H, {out, x, w}) && ld_in % N == 0 && ld_out % N == 0)
-        rmsnorm_kernel<T, X, N><<<rows, row_threads(H / N), 0, stream>>>(out, x, w, H, ld_in, ld_out, eps);
+        rmsnorm_kernel<O, X, T, N><<<rows, row_threads(H / N), 0, stream>>>(out, x, w, H, ld_in, ld_out, eps);
     else
-        rmsnorm_kernel<T, X, 1><<<rows, row_threads(H), 0, stream>>>(out, x, w, H, ld_in, ld_out, eps);
+        rmsnorm_kernel<O, X, T, 1><<<rows, row_threads(H), 0, stream>>>(out, x, w, H, ld_in, ld_out, eps);
     cudaCheckLaunch();
 }
 
-// x [rows, H] (fp32) += y; xn [rows, H] (T) = LayerNorm(x).
-template <typename T> void add_layernorm(float* x, const T* y, T* xn, int rows, int H, float eps, cudaStream_t stream) {
+// x [rows, H] (fp32) += y (T or fp32); xn [rows, H] (T) = LayerNorm(x).
+template <typename T, typename Y>
+void add_layernorm(float* x, const Y* y, T* xn, int rows, int H, float eps, cudaStream_t stream) {
     if (rows == 0) return;
     constexpr int N = kVec<T>;
     if (packable<T>(H, {x, y, xn}))
-        add_layernorm_kernel<T, N><<<rows, row_threads(H / N), 0, stream>>>(x, y, xn, H, eps);
+        add_layernorm_kernel<T, Y, N><<<rows, row_threads(H / N), 0, stream>>>(x, y, xn, H, eps);
     else
-        add_layernorm_kernel<T, 1><<<rows, row_threads(H), 0, stream>>>(x, y, xn, H, eps);
+        add_layernorm_kernel<T, Y, 1><<<rows, row_threads(H), 0, stream>>>(x, y, xn, H, eps);
     cudaCheckLaunch();
 }
 
-// x [rows, H] (fp32) += RMSNorm(y [rows, H]) * w, in fp32; xb [rows, H] = x rounded to T.
-template <typename T>
-void add_rmsnorm(float* x, const T* y, const T* w, T* xb, int rows, int H, float eps, cudaStream_t stream) {
+// x [rows, H] (fp32) += RMSNorm(y [rows, H], T or fp32) * w, in fp32; xb [rows, H] = x rounded to T.
+template <typename T, typename Y>
+void add_rmsnorm(float* x, const Y* y, const T* w, T* xb, int rows, int H, float eps, cudaStream_t stream) {
     if (rows == 0) return;
     constexpr int N = kVec<T>;
     if (packable<T>(H, {x, y, w, xb}))
-        add_rmsnorm_kernel<T, N><<<rows, row_threads(H / N), 0, stream>>>(x, y, w, xb, H, eps);
+        add_rmsnorm_kernel<T, Y, N><<<rows, row_threads(H / N), 0, stream>>>(x, y, w, xb, H, eps);
     else
-        add_rmsnorm_kernel<T, 1><<<rows, row_threads(H), 0, stream>>>(x, y, w, xb, H, eps);
+        add_rmsnorm_kernel<T, Y, 1><<<rows, row_threads(H), 0, stream>>>(x, y, w, xb, H, eps);
     cudaCheckLaunch();
 }
 

@@ -1,9 +1,10 @@
 // gpu_forward.cu: the CUDA engine. The same forward pass as cpu_forward.cpp, op for op, as a
 // list of kernel launches (kernels/*.cuh) and cuBLAS GEMMs.
 //
-//   T = storage type of weights, activations and KV cache (bf16, fp16 or fp32); every kernel
-//   computes in fp32 and rounds once; GEMMs accumulate in fp32; logits are produced in fp32;
-//   the residual stream x stays in fp32 (norm.cuh says why).
+//   T = storage type of weights, GEMM inputs and KV cache (bf16, fp16 or fp32); every kernel
+//   computes in fp32 and rounds once. GEMMs accumulate in fp32 and write fp32; the kernel that
+//   consumes a GEMM output rounds once into T (the next GEMM's input or the KV cache). Logits
+//   are fp32; the residual stream x stays in fp32 (norm.cuh says why).
 //
 // Memory: the weights live in one allocation carved into tensors (q|k|v and gate|up fused so
 // each is one GEMM); activations for one prefill chunk in a second; the paged KV pools
@@ -217,11 +218,11 @@ private:
         for (auto& L : layers_) L.inv_freq = b.take<float>(hd2);
         x_ = b.take<float>(C * H);          // residual stream   [C, H] fp32
         xn_ = b.take<T>(C * H);             // next GEMM's input [C, H]: LN(x) (OLMo-1) or x in T
-        qkv_ = b.take<T>(C * (Q + 2 * KV)); // fused projection  [C, Q+2KV]
+        qkv_ = b.take<float>(C * (Q + 2 * KV));  // fused projection [C, Q+2KV] fp32
         q_ = b.take<T>(C * Q);              // roped queries     [C, Q]
         att_ = b.take<T>(C * Q);            // attention output  [C, Q]
-        o_ = b.take<T>(C * H);              // o_proj / MLP out  [C, H]
-        gu_ = b.take<T>(C * 2 * I);         // gate | up         [C, 2I]
+        o_ = b.take<float>(C * H);          // o_proj / MLP out  [C, H] fp32
+        gu_ = b.take<float>(C * 2 * I);     // gate | up         [C, 2I] fp32
         a_ = b.take<T>(C * I);              // swiglu            [C, I]
         logits_ = b.take<float>(max_batch_ * V);   // fp32 logits of each sequence's last token [B, V]
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
@@ -453,8 +454,8 @@ private:
             emit(name + "q", qkv_, n, Q, QKV);
             emit(name + "k", qkv_ + Q, n, KV, QKV);
             emit(name + "v", qkv_ + Q + KV, n, KV, QKV);
-            RopeParams<T> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
-                             L.inv_freq, L.rope_scale};
+            RopeParams<T, float> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
+                                    L.inv_freq, L.rope_scale};
             rope_qkv(rp, stream_);                                               // q -> q_, k/v -> pool rows
             emit(name + "q_rope", q_, n, Q, Q);
             emit_cache(name + "k_rope", L, n);
@@ -506,8 +507,8 @@ private:
     Arena weights_, buffers_, kv_arena_;
     std::vector<GpuLayer<T>> layers_;
     T *embed_ = nullptr, *lm_head_ = nullptr, *final_norm_ = nullptr;
-    float* x_;
-    T *xn_, *qkv_, *q_, *att_, *o_, *gu_, *a_;
+    float *x_, *qkv_, *o_, *gu_;
+    T *xn_, *q_, *att_, *a_;
     float* logits_;
     int* next_ids_;
     int* meta_base_;

@@ -2,12 +2,14 @@
 // sampling.cuh) against the fp32 CPU reference (src/cpu_ops.h, sample_cpu in src/sampler.cpp),
 // for fp32, fp16 and bf16 storage.
 //
-// Inputs are random (never all zero) and rounded to the storage type first, so the CPU computes
+// Inputs are random (never all zero) and rounded to their dtype first, so the CPU computes
 // on exactly the values the GPU sees and the only differences are fp32 summation order and the
 // GPU's final rounding. Outputs are poisoned with NaN (0xFF bytes) before each launch and every
 // element is compared: rel-L2 and max-abs (relative to max |ref|) within the dtype's tolerance,
-// no non-finite value. Shapes are awkward on purpose: one row, odd rows, widths that are not a
-// multiple of the 16-byte vector (the scalar path), misaligned pointers, GQA, large positions.
+// no non-finite value. Kernels that consume a GEMM output (swiglu, QK-norm, rope, the fused
+// residual norms) are run on input in T and in fp32 (what the engine passes them), with outputs
+// in T. Shapes are awkward on purpose: one row, odd rows, widths that are not a multiple of the
+// 16-byte vector (the scalar path), misaligned pointers, GQA, large positions.
 // Sampling: determinism, top_k = 1 equals argmax, agreement with sample_cpu draw by draw, draws
 // inside the top-k / top-p set, and draw frequencies against the renormalized softmax.
 // Tests named Timing.* print speeds (leave them out under compute-sanitizer).
@@ -20,6 +22,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_ops.h"
@@ -84,6 +87,13 @@ template <typename T> std::vector<float> to_f32(const std::vector<T>& t) {
 }
 // f rounded to T and back: what the GPU kernel sees.
 template <typename T> std::vector<float> rounded(const std::vector<float>& f) { return to_f32(to_dtype<T>(f)); }
+
+// Calls f with a value of each input type a GEMM-output consumer is tested with: T, then fp32
+// (the engine's GEMM outputs); once when T is fp32.
+template <typename T, typename F> void for_each_input_type(F f) {
+    f(T{});
+    if constexpr (!std::is_same_v<T, float>) f(float{});
+}
 
 // A device array, NaN-poisoned (0xFF bytes; -1 for int) when made and on poison().
 template <typename T> class DeviceArray {
@@ -174,15 +184,20 @@ TYPED_TEST(Kernels, Embedding) {
 
 TYPED_TEST(Kernels, SwiGLU) {
     using T = TypeParam;
-    for (int I : {100, 1000, 2752})
-        for (int rows : {1, 3, 17}) {
-            const std::vector<float> gu = rounded<T>(randn((size_t)rows * 2 * I, this->rng, 0.0f, 2.0f));
-            DeviceArray<T> d_gu(to_dtype<T>(gu)), d_out((size_t)rows * I);
-            swiglu(d_out.get(), d_gu.get(), rows, I, 0);
-            std::vector<float> ref((size_t)rows * I);
-            cpu::swiglu(ref.data(), gu.data(), rows, I);
-            expect_close(download_f32(d_out), ref, this->tol, this->name(fmt("swiglu I=%d rows=%d", I, rows)));
-        }
+    for_each_input_type<T>([&](auto x) {
+        using X = decltype(x);   // gu's type
+        for (int I : {100, 1000, 2752})
+            for (int rows : {1, 3, 17}) {
+                const std::vector<float> gu = rounded<X>(randn((size_t)rows * 2 * I, this->rng, 0.0f, 2.0f));
+                DeviceArray<X> d_gu(to_dtype<X>(gu));
+                DeviceArray<T> d_out((size_t)rows * I);
+                swiglu(d_out.get(), d_gu.get(), rows, I, 0);
+                std::vector<float> ref((size_t)rows * I);
+                cpu::swiglu(ref.data(), gu.data(), rows, I);
+                expect_close(download_f32(d_out), ref, this->tol,
+                             this->name(fmt("swiglu %s in I=%d rows=%d", dtype_name<X>(), I, rows)));
+            }
+    });
 }
 
 TYPED_TEST(Kernels, Clip) {
@@ -235,77 +250,94 @@ TYPED_TEST(Kernels, RMSNorm) {
     }
 }
 
-// OLMo-2 QK-norm: the q and k column ranges of a fused qkv buffer, normalized in place over
-// their full width; v stays untouched. Also out of place into a dense [rows, Q] buffer.
+// OLMo-2 QK-norm: the q and k column ranges of a fused qkv buffer (in T, or in fp32 as the
+// engine's GEMM output), normalized in place over their full width with T weights; v stays
+// untouched. Also out of place into a dense [rows, Q] buffer in T.
 TYPED_TEST(Kernels, RMSNormQKOfFusedQKV) {
     using T = TypeParam;
-    struct Case { int rows, nH, nKV, hd; };
-    for (const Case c : {Case{1, 8, 2, 64}, Case{5, 4, 4, 128}, Case{3, 16, 2, 128}}) {
-        const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV;
-        const std::vector<float> qkv = rounded<T>(randn((size_t)c.rows * QKV, this->rng, 0.0f, 3.0f));
-        const std::vector<float> wq = rounded<T>(randn(Q, this->rng, 1.0f, 0.3f));
-        const std::vector<float> wk = rounded<T>(randn(KV, this->rng, 1.0f, 0.3f));
-        DeviceArray<T> d_qkv(to_dtype<T>(qkv)), d_wq(to_dtype<T>(wq)), d_wk(to_dtype<T>(wk));
-        DeviceArray<T> d_q((size_t)c.rows * Q);
-        rmsnorm(d_q.get(), d_qkv.get(), d_wq.get(), c.rows, Q, QKV, Q, 1e-6f, 0);  // out of place first
-        rmsnorm(d_qkv.get(), d_qkv.get(), d_wq.get(), c.rows, Q, QKV, QKV, 1e-6f, 0);
-        rmsnorm(d_qkv.get() + Q, d_qkv.get() + Q, d_wk.get(), c.rows, KV, QKV, QKV, 1e-6f, 0);
+    for_each_input_type<T>([&](auto x) {
+        using X = decltype(x);   // qkv's type
+        struct Case { int rows, nH, nKV, hd; };
+        for (const Case c : {Case{1, 8, 2, 64}, Case{5, 4, 4, 128}, Case{3, 16, 2, 128}}) {
+            const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV;
+            const std::vector<float> qkv = rounded<X>(randn((size_t)c.rows * QKV, this->rng, 0.0f, 3.0f));
+            const std::vector<float> wq = rounded<T>(randn(Q, this->rng, 1.0f, 0.3f));
+            const std::vector<float> wk = rounded<T>(randn(KV, this->rng, 1.0f, 0.3f));
+            DeviceArray<X> d_qkv(to_dtype<X>(qkv));
+            DeviceArray<T> d_wq(to_dtype<T>(wq)), d_wk(to_dtype<T>(wk));
+            DeviceArray<T> d_q((size_t)c.rows * Q);
+            rmsnorm(d_q.get(), d_qkv.get(), d_wq.get(), c.rows, Q, QKV, Q, 1e-6f, 0);  // out of place first
+            rmsnorm(d_qkv.get(), d_qkv.get(), d_wq.get(), c.rows, Q, QKV, QKV, 1e-6f, 0);
+            rmsnorm(d_qkv.get() + Q, d_qkv.get() + Q, d_wk.get(), c.rows, KV, QKV, QKV, 1e-6f, 0);
 
-        std::vector<float> ref = qkv, ref_q((size_t)c.rows * Q);
-        for (int r = 0; r < c.rows; r++) {
-            float* row = ref.data() + (size_t)r * QKV;
-            cpu::rmsnorm(row, row, wq.data(), 1, Q, 1e-6f);
-            cpu::rmsnorm(row + Q, row + Q, wk.data(), 1, KV, 1e-6f);
-            std::copy(row, row + Q, ref_q.begin() + (size_t)r * Q);
+            std::vector<float> ref = qkv, ref_q((size_t)c.rows * Q);
+            for (int r = 0; r < c.rows; r++) {
+                float* row = ref.data() + (size_t)r * QKV;
+                cpu::rmsnorm(row, row, wq.data(), 1, Q, 1e-6f);
+                cpu::rmsnorm(row + Q, row + Q, wk.data(), 1, KV, 1e-6f);
+                std::copy(row, row + Q, ref_q.begin() + (size_t)r * Q);
+            }
+            const std::string shape =
+                fmt("%s qkv rows=%d nH=%d nKV=%d hd=%d", dtype_name<X>(), c.rows, c.nH, c.nKV, c.hd);
+            const std::vector<float> got = download_f32(d_qkv);
+            expect_close(got, ref, tolerance<X>(), this->name("rmsnorm qk in place " + shape));
+            expect_close(download_f32(d_q), ref_q, this->tol, this->name("rmsnorm q strided " + shape));
+            std::vector<float> v_got, v_ref;
+            for (int r = 0; r < c.rows; r++)
+                for (int j = Q + KV; j < QKV; j++)
+                    v_got.push_back(got[(size_t)r * QKV + j]), v_ref.push_back(qkv[(size_t)r * QKV + j]);
+            expect_close(v_got, v_ref, kExact, this->name("rmsnorm qk leaves v " + shape));
         }
-        const std::string shape = fmt("rows=%d nH=%d nKV=%d hd=%d", c.rows, c.nH, c.nKV, c.hd);
-        expect_close(download_f32(d_qkv), ref, this->tol, this->name("rmsnorm qk in place " + shape));
-        expect_close(download_f32(d_q), ref_q, this->tol, this->name("rmsnorm q strided " + shape));
-        std::vector<float> got = download_f32(d_qkv), v_got, v_ref;
-        for (int r = 0; r < c.rows; r++)
-            for (int j = Q + KV; j < QKV; j++) v_got.push_back(got[(size_t)r * QKV + j]), v_ref.push_back(qkv[(size_t)r * QKV + j]);
-        expect_close(v_got, v_ref, kExact, this->name("rmsnorm qk leaves v " + shape));
-    }
+    });
 }
 
-// The fused residual kernels keep the residual stream x in fp32 (see norm.cuh).
+// The fused residual kernels keep the residual stream x in fp32 (see norm.cuh); y (the o_proj
+// or down_proj output) is T, or fp32 as in the engine.
 TYPED_TEST(Kernels, AddLayerNorm) {
     using T = TypeParam;
-    for (const NormShape& s : kNormShapes) {
-        if (s.offset) continue;
-        const size_t n = (size_t)s.rows * s.H;
-        const std::vector<float> x = randn(n, this->rng, 0.3f, 2.0f);
-        const std::vector<float> y = rounded<T>(randn(n, this->rng, 0.0f, 1.0f));
-        DeviceArray<float> d_x(x);
-        DeviceArray<T> d_y(to_dtype<T>(y)), d_xn(n);
-        add_layernorm(d_x.get(), d_y.get(), d_xn.get(), s.rows, s.H, 1e-5f, 0);
-        std::vector<float> sum(n), ref_xn(n);
-        for (size_t i = 0; i < n; i++) sum[i] = x[i] + y[i];
-        cpu::layernorm(ref_xn.data(), sum.data(), s.rows, s.H, 1e-5f);
-        const std::string shape = fmt("rows=%d H=%d", s.rows, s.H);
-        expect_close(d_x.download(), sum, kFp32Tol, this->name("add_layernorm x " + shape));
-        expect_close(download_f32(d_xn), ref_xn, this->tol, this->name("add_layernorm xn " + shape));
-    }
+    for_each_input_type<T>([&](auto y_type) {
+        using Y = decltype(y_type);
+        for (const NormShape& s : kNormShapes) {
+            if (s.offset) continue;
+            const size_t n = (size_t)s.rows * s.H;
+            const std::vector<float> x = randn(n, this->rng, 0.3f, 2.0f);
+            const std::vector<float> y = rounded<Y>(randn(n, this->rng, 0.0f, 1.0f));
+            DeviceArray<float> d_x(x);
+            DeviceArray<Y> d_y(to_dtype<Y>(y));
+            DeviceArray<T> d_xn(n);
+            add_layernorm(d_x.get(), d_y.get(), d_xn.get(), s.rows, s.H, 1e-5f, 0);
+            std::vector<float> sum(n), ref_xn(n);
+            for (size_t i = 0; i < n; i++) sum[i] = x[i] + y[i];
+            cpu::layernorm(ref_xn.data(), sum.data(), s.rows, s.H, 1e-5f);
+            const std::string shape = fmt("%s y rows=%d H=%d", dtype_name<Y>(), s.rows, s.H);
+            expect_close(d_x.download(), sum, kFp32Tol, this->name("add_layernorm x " + shape));
+            expect_close(download_f32(d_xn), ref_xn, this->tol, this->name("add_layernorm xn " + shape));
+        }
+    });
 }
 
 TYPED_TEST(Kernels, AddRMSNorm) {
     using T = TypeParam;
-    for (const NormShape& s : kNormShapes) {
-        if (s.offset) continue;
-        const size_t n = (size_t)s.rows * s.H;
-        const std::vector<float> x = randn(n, this->rng, 0.0f, 2.0f);
-        const std::vector<float> y = rounded<T>(randn(n, this->rng, 0.0f, 0.5f));
-        const std::vector<float> w = rounded<T>(randn(s.H, this->rng, 1.0f, 0.3f));
-        DeviceArray<float> d_x(x);
-        DeviceArray<T> d_y(to_dtype<T>(y)), d_w(to_dtype<T>(w)), d_xb(n);
-        add_rmsnorm(d_x.get(), d_y.get(), d_w.get(), d_xb.get(), s.rows, s.H, 1e-6f, 0);
-        std::vector<float> ref(n);
-        cpu::rmsnorm(ref.data(), y.data(), w.data(), s.rows, s.H, 1e-6f);
-        for (size_t i = 0; i < n; i++) ref[i] += x[i];
-        const std::string shape = fmt("rows=%d H=%d", s.rows, s.H);
-        expect_close(d_x.download(), ref, kFp32Tol, this->name("add_rmsnorm x " + shape));
-        expect_close(download_f32(d_xb), ref, this->tol, this->name("add_rmsnorm xb " + shape));
-    }
+    for_each_input_type<T>([&](auto y_type) {
+        using Y = decltype(y_type);
+        for (const NormShape& s : kNormShapes) {
+            if (s.offset) continue;
+            const size_t n = (size_t)s.rows * s.H;
+            const std::vector<float> x = randn(n, this->rng, 0.0f, 2.0f);
+            const std::vector<float> y = rounded<Y>(randn(n, this->rng, 0.0f, 0.5f));
+            const std::vector<float> w = rounded<T>(randn(s.H, this->rng, 1.0f, 0.3f));
+            DeviceArray<float> d_x(x);
+            DeviceArray<Y> d_y(to_dtype<Y>(y));
+            DeviceArray<T> d_w(to_dtype<T>(w)), d_xb(n);
+            add_rmsnorm(d_x.get(), d_y.get(), d_w.get(), d_xb.get(), s.rows, s.H, 1e-6f, 0);
+            std::vector<float> ref(n);
+            cpu::rmsnorm(ref.data(), y.data(), w.data(), s.rows, s.H, 1e-6f);
+            for (size_t i = 0; i < n; i++) ref[i] += x[i];
+            const std::string shape = fmt("%s y rows=%d H=%d", dtype_name<Y>(), s.rows, s.H);
+            expect_close(d_x.download(), ref, kFp32Tol, this->name("add_rmsnorm x " + shape));
+            expect_close(download_f32(d_xb), ref, this->tol, this->name("add_rmsnorm xb " + shape));
+        }
+    });
 }
 
 // The final norm reads the fp32 residual stream and writes T.
@@ -330,59 +362,63 @@ TYPED_TEST(Kernels, NormsOfFp32Input) {
 
 // ---- rope ----
 
+// qkv (the GEMM output) is T, or fp32 as in the engine; q and the K/V cache rows are T.
 TYPED_TEST(Kernels, RopeQKV) {
     using T = TypeParam;
-    struct Case { int rows, nH, nKV, hd, pos0; double theta; float attn_factor; };
-    const float yarn = 1.2079441541679836f;
-    for (const Case c : {Case{1, 8, 8, 64, 0, 1e4, 1.0f}, Case{1, 32, 8, 128, 40000, 5e5, yarn},
-                         Case{7, 16, 4, 128, 5, 5e5, 1.0f}, Case{33, 8, 1, 64, 40000, 1e4, 1.0f},
-                         Case{5, 4, 2, 128, 65530, 5e5, yarn}}) {
-        const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV, pool_rows = 3 * c.rows + 2;
-        std::vector<float> inv_freq(c.hd / 2);
-        for (int d = 0; d < c.hd / 2; d++) inv_freq[d] = (float)(1.0 / std::pow(c.theta, 2.0 * d / c.hd));
-        const std::vector<float> qkv = rounded<T>(randn((size_t)c.rows * QKV, this->rng, 0.0f, 2.0f));
-        // Token r has position pos0 + r and goes to a scattered pool row (a paged cache).
-        std::vector<int> pos(c.rows), rows(pool_rows);
-        for (int r = 0; r < c.rows; r++) pos[r] = c.pos0 + r;
-        std::iota(rows.begin(), rows.end(), 0);
-        std::shuffle(rows.begin(), rows.end(), this->rng);
-        rows.resize(c.rows);
-        DeviceArray<T> d_qkv(to_dtype<T>(qkv)), d_q((size_t)c.rows * Q);
-        DeviceArray<T> d_k((size_t)pool_rows * KV), d_v((size_t)pool_rows * KV);
-        DeviceArray<float> d_inv(inv_freq);
-        DeviceArray<int> d_pos(pos), d_rows(rows);
-        rope_qkv(RopeParams<T>{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), d_rows.get(), c.nH,
-                               c.nKV, c.hd, d_inv.get(), c.attn_factor},
-                 0);
+    for_each_input_type<T>([&](auto x) {
+        using X = decltype(x);   // qkv's type
+        struct Case { int rows, nH, nKV, hd, pos0; double theta; float attn_factor; };
+        const float yarn = 1.2079441541679836f;
+        for (const Case c : {Case{1, 8, 8, 64, 0, 1e4, 1.0f}, Case{1, 32, 8, 128, 40000, 5e5, yarn},
+                             Case{7, 16, 4, 128, 5, 5e5, 1.0f}, Case{33, 8, 1, 64, 40000, 1e4, 1.0f},
+                             Case{5, 4, 2, 128, 65530, 5e5, yarn}}) {
+            const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV, pool_rows = 3 * c.rows + 2;
+            std::vector<float> inv_freq(c.hd / 2);
+            for (int d = 0; d < c.hd / 2; d++) inv_freq[d] = (float)(1.0 / std::pow(c.theta, 2.0 * d / c.hd));
+            const std::vector<float> qkv = rounded<X>(randn((size_t)c.rows * QKV, this->rng, 0.0f, 2.0f));
+            // Token r has position pos0 + r and goes to a scattered pool row (a paged cache).
+            std::vector<int> pos(c.rows), rows(pool_rows);
+            for (int r = 0; r < c.rows; r++) pos[r] = c.pos0 + r;
+            std::iota(rows.begin(), rows.end(), 0);
+            std::shuffle(rows.begin(), rows.end(), this->rng);
+            rows.resize(c.rows);
+            DeviceArray<X> d_qkv(to_dtype<X>(qkv));
+            DeviceArray<T> d_q((size_t)c.rows * Q), d_k((size_t)pool_rows * KV), d_v((size_t)pool_rows * KV);
+            DeviceArray<float> d_inv(inv_freq);
+            DeviceArray<int> d_pos(pos), d_rows(rows);
+            rope_qkv(RopeParams<T, X>{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), d_rows.get(),
+                                      c.nH, c.nKV, c.hd, d_inv.get(), c.attn_factor},
+                     0);
 
-        std::vector<float> q, k, v;  // the CPU reference: split, then rotate q and k in place
-        for (int r = 0; r < c.rows; r++) {
-            const float* row = qkv.data() + (size_t)r * QKV;
-            q.insert(q.end(), row, row + Q);
-            k.insert(k.end(), row + Q, row + Q + KV);
-            v.insert(v.end(), row + Q + KV, row + QKV);
-        }
-        cpu::rope(q.data(), c.rows, c.nH, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
-        cpu::rope(k.data(), c.rows, c.nKV, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
+            std::vector<float> q, k, v;  // the CPU reference: split, then rotate q and k in place
+            for (int r = 0; r < c.rows; r++) {
+                const float* row = qkv.data() + (size_t)r * QKV;
+                q.insert(q.end(), row, row + Q);
+                k.insert(k.end(), row + Q, row + Q + KV);
+                v.insert(v.end(), row + Q + KV, row + QKV);
+            }
+            cpu::rope(q.data(), c.rows, c.nH, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
+            cpu::rope(k.data(), c.rows, c.nKV, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
 
-        const std::vector<float> k_all = download_f32(d_k), v_all = download_f32(d_v);
-        std::vector<float> k_got, v_got;
-        std::vector<bool> written(pool_rows, false);
-        for (int r = 0; r < c.rows; r++) {
-            k_got.insert(k_got.end(), k_all.begin() + (size_t)rows[r] * KV, k_all.begin() + (size_t)(rows[r] + 1) * KV);
-            v_got.insert(v_got.end(), v_all.begin() + (size_t)rows[r] * KV, v_all.begin() + (size_t)(rows[r] + 1) * KV);
-            written[rows[r]] = true;
+            const std::vector<float> k_all = download_f32(d_k), v_all = download_f32(d_v);
+            std::vector<float> k_got, v_got;
+            std::vector<bool> written(pool_rows, false);
+            for (int r = 0; r < c.rows; r++) {
+                k_got.insert(k_got.end(), k_all.begin() + (size_t)rows[r] * KV, k_all.begin() + (size_t)(rows[r] + 1) * KV);
+                v_got.insert(v_got.end(), v_all.begin() + (size_t)rows[r] * KV, v_all.begin() + (size_t)(rows[r] + 1) * KV);
+                written[rows[r]] = true;
+            }
+            size_t touched_elsewhere = 0;  // pool rows nobody writes must stay NaN
+            for (size_t i = 0; i < k_all.size(); i++)
+                if (!written[i / KV] && (!std::isnan(k_all[i]) || !std::isnan(v_all[i]))) touched_elsewhere++;
+            const std::string shape = fmt("%s qkv rows=%d nH=%d nKV=%d hd=%d pos0=%d af=%.3f", dtype_name<X>(), c.rows,
+                                          c.nH, c.nKV, c.hd, c.pos0, c.attn_factor);
+            expect_close(download_f32(d_q), q, this->tol, this->name("rope q " + shape));
+            expect_close(k_got, k, this->tol, this->name("rope k " + shape));
+            expect_close(v_got, rounded<T>(v), kExact, this->name("rope v " + shape));   // v: one rounding into T
+            EXPECT_EQ(touched_elsewhere, 0u) << "cache rows outside the written positions changed";
         }
-        size_t touched_elsewhere = 0;  // pool rows nobody writes must stay NaN
-        for (size_t i = 0; i < k_all.size(); i++)
-            if (!written[i / KV] && (!std::isnan(k_all[i]) || !std::isnan(v_all[i]))) touched_elsewhere++;
-        const std::string shape = fmt("rows=%d nH=%d nKV=%d hd=%d pos0=%d af=%.3f", c.rows, c.nH, c.nKV, c.hd, c.pos0,
-                                      c.attn_factor);
-        expect_close(download_f32(d_q), q, this->tol, this->name("rope q " + shape));
-        expect_close(k_got, k, this->tol, this->name("rope k " + shape));
-        expect_close(v_got, v, kExact, this->name("rope v " + shape));
-        EXPECT_EQ(touched_elsewhere, 0u) << "cache rows outside the written positions changed";
-    }
+    });
 }
 
 // ---- sampling ----
@@ -633,23 +669,25 @@ TEST_F(Timing, NormsRopeSwiglu) {
         DeviceArray<int> pos_rows(positions);   // positions double as pool rows here
         DeviceArray<T> x(to_dtype<T>(randn((size_t)rows * H, rng))), y(to_dtype<T>(randn((size_t)rows * H, rng)));
         DeviceArray<float> xf(randn((size_t)rows * H, rng));
-        DeviceArray<T> qkv(to_dtype<T>(randn((size_t)rows * QKV, rng))), q((size_t)rows * nH * hd);
+        DeviceArray<float> qkv(randn((size_t)rows * QKV, rng)), yf(randn((size_t)rows * H, rng));   // fp32 GEMM outputs
+        DeviceArray<T> q((size_t)rows * nH * hd);
         DeviceArray<T> kc((size_t)(rows + 100) * nH * hd), vc((size_t)(rows + 100) * nH * hd);
-        DeviceArray<T> gu(to_dtype<T>(randn((size_t)rows * 2 * I, rng))), a((size_t)rows * I);
+        DeviceArray<float> gu(randn((size_t)rows * 2 * I, rng));
+        DeviceArray<T> a((size_t)rows * I);
         auto report = [&](const char* op, double us, double bytes) {
             std::printf("  bf16 %-12s rows=%-5d %8.1f us  %7.1f GB/s\n", op, rows, us, bytes / us * 1e-3);
         };
         const double row_bytes = (double)rows * H * sizeof(T);
-        report("add_rmsnorm", time_us([&] { add_rmsnorm(xf.get(), y.get(), w.get(), x.get(), rows, H, 1e-6f, 0); }), 5 * row_bytes);
+        report("add_rmsnorm", time_us([&] { add_rmsnorm(xf.get(), yf.get(), w.get(), x.get(), rows, H, 1e-6f, 0); }), 7 * row_bytes);
         report("rmsnorm", time_us([&] { rmsnorm(y.get(), x.get(), w.get(), rows, H, H, H, 1e-6f, 0); }), 2 * row_bytes);
         report("layernorm", time_us([&] { layernorm(y.get(), x.get(), rows, H, 1e-5f, 0); }), 2 * row_bytes);
         report("rope_qkv", time_us([&] {
-                   rope_qkv(RopeParams<T>{qkv.get(), q.get(), kc.get(), vc.get(), rows, pos_rows.get(), pos_rows.get(), nH, nH, hd,
-                                          inv_freq.get(), 1.0f},
+                   rope_qkv(RopeParams<T, float>{qkv.get(), q.get(), kc.get(), vc.get(), rows, pos_rows.get(),
+                                                 pos_rows.get(), nH, nH, hd, inv_freq.get(), 1.0f},
                             0);
                }),
-               2.0 * rows * QKV * sizeof(T));
-        report("swiglu", time_us([&] { swiglu(a.get(), gu.get(), rows, I, 0); }), 3.0 * rows * I * sizeof(T));
+               rows * QKV * (sizeof(float) + sizeof(T)));
+        report("swiglu", time_us([&] { swiglu(a.get(), gu.get(), rows, I, 0); }), rows * I * (2 * sizeof(float) + sizeof(T)));
         const std::vector<float> out = download_f32(y);
         EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isfinite(v); }));
     }
