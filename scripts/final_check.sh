@@ -3,7 +3,9 @@
 #   bash scripts/final_check.sh tests   build, every test, compute-sanitizer memcheck + racecheck
 #                                       on the GPU engine tests and the bf16 decode attention tests
 #                                       (run side by side, each capped at 270 s: racecheck is slow)
-#   bash scripts/final_check.sh bench   every benchmark (make bench), with the tables printed last
+#   bash scripts/final_check.sh bench   HF's own bf16 error on the fixtures, the bf16 golden test,
+#                                       every benchmark (make bench; BATCHES=0 skips the batched
+#                                       table), with the tables printed last
 # Logs under $OUT (tarred into logs_<part>.tgz). Run from the repository root with carry .carry/sys.
 set -uo pipefail
 part=${1:?usage: final_check.sh tests|bench}
@@ -12,6 +14,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 bash scripts/device_prep.sh
 make -j16 all build/bench/bench_attention >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 if [ "$part" = tests ]; then
+  python3 tests/hf_bf16_error.py >"$OUT/hf_bf16.log" 2>&1; cat "$OUT/hf_bf16.log"
   bash tests/run_all.sh $(find build/tests -maxdepth 1 -name 'test_*' -type f -executable | sort) >"$OUT/tests.log" 2>&1
   for tool in memcheck racecheck; do   # the six runs side by side (16 CPU cores), each capped
     san() { timeout 270 compute-sanitizer --tool $tool "$@"; }
@@ -26,11 +29,13 @@ if [ "$part" = tests ]; then
   tail -1 "$OUT/tests.log"
   for f in "$OUT"/san_*.log; do echo "$(basename $f): $(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY' $f | tr '\n' ' ')"; done
 else
+  python3 tests/hf_bf16_error.py >"$OUT/hf_bf16.log" 2>&1; cat "$OUT/hf_bf16.log"
+  build/tests/test_golden --gtest_filter='*Bf16*' >"$OUT/golden_bf16.log" 2>&1; grep -E "bf16 decode worst|PASSED|FAILED" "$OUT/golden_bf16.log"
   python3 bench/bench_e2e.py >"$OUT/bench_e2e.log" 2>&1
-  python3 bench/bench_e2e.py --batches 1 8 32 64 >"$OUT/bench_batch.log" 2>&1
+  [ "${BATCHES:-1}" = 1 ] && python3 bench/bench_e2e.py --batches 1 8 32 64 >"$OUT/bench_batch.log" 2>&1
   build/bench/bench_attention "$OUT/ours.txt" >"$OUT/bench_attn_ours.log" 2>&1 && \
     python3 -W ignore bench/bench_attention_torch.py --ours "$OUT/ours.txt" >"$OUT/bench_attn.log" 2>&1
   grep -E "read roofline|graph|decode ctx|decode batch|prefill S" "$OUT/bench_attn_ours.log"
-  tail -5 "$OUT/bench_e2e.log"; tail -7 "$OUT/bench_batch.log"; tail -8 "$OUT/bench_attn.log"
+  tail -5 "$OUT/bench_e2e.log"; [ -f "$OUT/bench_batch.log" ] && tail -7 "$OUT/bench_batch.log"; tail -8 "$OUT/bench_attn.log"
 fi
 tar -czf "$OUT/logs_$part.tgz" -C "$OUT" $(cd "$OUT" && ls *.log ours.txt 2>/dev/null) && rm -f "$OUT"/*.log "$OUT/ours.txt"
