@@ -625,9 +625,6 @@ __device__ SlotRun plan_slots(const AttnParams<T>& p, int slots, int want_b, int
     return {-1, 0, 0, chunk};
 }
 
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
-
 // o_part [S][n_q*nH][HD] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
 template <typename T, int HD, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int slots,

@@ -1,6 +1,7 @@
 // cuda_common.cuh: what every CUDA file of the engine shares.
 // defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, aligned16,
-//          SumOp, MaxOp, warp_reduce, block_reduce
+//          aligned, SumOp, MaxOp, warp_reduce, block_reduce, grid_dependency_wait,
+//          allow_dependent_launch
 //
 // Errors: every CUDA / cuBLAS call is wrapped, and a failure throws olmo::Error naming
 // file:line, the statement's text and the library's message. After each kernel launch,
@@ -75,6 +76,14 @@ template <typename T> constexpr int kVec = 16 / sizeof(T);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// ---- programmatic dependent launch (griddepcontrol) ----
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start before
+// the kernel ahead of it in the stream finishes, once that one allows it (or exits):
+// grid_dependency_wait() blocks until the kernel ahead has finished and its writes are visible;
+// allow_dependent_launch() lets the kernel behind start early (it must wait before reading us).
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
 // ---- reductions (blockDim.x must be a multiple of 32) ----
 

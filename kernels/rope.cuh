@@ -17,8 +17,8 @@
 // cos/sin use the precise sincosf (not __sinf), so fp32 results match the CPU to ~1e-6 even at
 // positions ~64k, where the angle is tens of thousands of radians. Positions and rows are read
 // on the device so that a CUDA graph captured once replays decode steps at new positions.
-// The kernel lets the next kernel in the stream launch as soon as it starts (griddepcontrol:
-// the decode attention kernel does its set-up before waiting for our writes).
+// The kernel lets the next kernel in the stream launch as soon as it starts
+// (allow_dependent_launch: the decode attention kernel does its set-up, then waits for us).
 #pragma once
 #include "cuda_common.cuh"
 
@@ -38,7 +38,7 @@ template <typename T, typename X = T> struct RopeParams {
 };
 
 template <typename T, typename X> __global__ void rope_qkv_kernel(RopeParams<T, X> p) {
-    asm volatile("griddepcontrol.launch_dependents;\n" ::);
+    allow_dependent_launch();
     const int half = p.head_dim / 2, heads = p.n_heads + 2 * p.n_kv_heads;
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (t >= (int64_t)p.rows * heads * half) return;

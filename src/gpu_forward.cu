@@ -340,13 +340,12 @@ private:
         cudaCheck(cudaMemcpyAsync(meta_base_, h, sizeof(int) * used, cudaMemcpyHostToDevice, stream_));
     }
 
-    // y[rows, N] = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. In cuBLAS's column-major terms:
-    // yᵀ (N x rows) = W (op T of the K x N column-major view) · xᵀ (K x rows).
-    template <typename Out>
-    void gemm(Out* y, const T* x, const T* W, int rows, int K, int N) {
+    // y[rows, N] (fp32) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. In cuBLAS's column-major
+    // terms: yᵀ (N x rows) = W (op T of the K x N column-major view) · xᵀ (K x rows).
+    void gemm(float* y, const T* x, const T* W, int rows, int K, int N) {
         const float one = 1.0f, zero = 0.0f;
         cublasCheck(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, K, &one, W, cuda_type<T>(), K, x,
-                                 cuda_type<T>(), K, &zero, y, cuda_type<Out>(), N, CUBLAS_COMPUTE_32F,
+                                 cuda_type<T>(), K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
     }
 
