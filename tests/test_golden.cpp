@@ -27,8 +27,8 @@ TEST_P(Golden, CpuPrefillMatchesTransformers) {
 TEST_P(Golden, CpuDecodeStepsMatchTransformers) {
     Fixture f(GetParam());
     auto eng = make_cpu_engine(f.cfg, f.ckpt, f.seq_len());
-    double w = check_decode(*eng, f.golden, 1e-5);
-    std::printf("%s cpu decode worst rel-L2 %.2e\n", GetParam().c_str(), w);
+    DecodeErr e = check_decode(*eng, f.golden, 1e-5, 1e-5);
+    std::printf("%s cpu decode worst step rel-L2 %.2e\n", GetParam().c_str(), e.worst_step);
 }
 
 TEST_P(Golden, CpuGreedyIdsEqualTransformers) {
@@ -43,23 +43,25 @@ TEST_P(Golden, GpuFp32MatchesTransformers) {
     Fixture f(GetParam());
     auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::F32);
     print_worst(GetParam() + " gpu fp32", check_prefill(*eng, f.golden, 1e-4));
-    check_decode(*eng, f.golden, 1e-4);
+    check_decode(*eng, f.golden, 1e-4, 1e-4);
     std::vector<int> want = to_i32(*f.golden.find("greedy_ids"));
     EXPECT_EQ(greedy(*eng, to_i32(*f.golden.find("prompt_ids")), (int)want.size()), want);
 }
 
-// bf16 storage against the fp32 reference: rel-L2 <= 2e-2 per tensor. The hardest fixture is
-// olmo1_clip_tied (weights of std 0.15 on a 128-wide model, a quarter of q/k/v on the clip
-// bound): its layers.1.mlp measured 2.01e-2 with GEMM outputs rounded to bf16, 1.88e-2 since
-// they stay fp32 (H200). Its 8th decode step's logits measured 2.27e-2: the one exception,
-// at 2.5e-2 (tests/hf_bf16_error.py measures HF transformers' own bf16 run on the fixtures).
+// bf16 storage against the fp32 reference: rel-L2 <= 2e-2 per tensor, decode_logits [8, V]
+// included; each single decode step within 2.5e-2. The hardest fixture is olmo1_clip_tied
+// (weights of std 0.15 on a 128-wide model, a quarter of q/k/v on the clip bound): its
+// layers.1.mlp measured 1.88e-2, its worst decode step 2.27e-2 (H200). tests/hf_bf16_error.py
+// puts HF transformers' own bf16 run at 2.30e-2 on that step, and fp32 math on the
+// bf16-rounded weights alone at 1.42e-2.
 TEST_P(Golden, GpuBf16CloseToReference) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU golden test skipped";
     Fixture f(GetParam());
     auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::BF16);
     print_worst(GetParam() + " gpu bf16", check_prefill(*eng, f.golden, 2e-2));
-    const double worst = check_decode(*eng, f.golden, GetParam() == "olmo1_clip_tied" ? 2.5e-2 : 2e-2);
-    std::printf("%s gpu bf16 decode worst rel-L2 %.2e\n", GetParam().c_str(), worst);
+    DecodeErr e = check_decode(*eng, f.golden, 2e-2, 2.5e-2);
+    std::printf("%s gpu bf16 decode_logits rel-L2 %.2e, worst step %.2e\n", GetParam().c_str(), e.tensor,
+                e.worst_step);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(list_fixtures()),
