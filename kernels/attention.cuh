@@ -563,9 +563,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
 //   and the GPU, so every step launches the same grid and a CUDA graph can replay it:
 //   S = max(2·batch, resident blocks / nKV) (for one sequence: one wave of blocks). At run time
 //   the slots are dealt out in proportion to length (plan_slots): sequence b's visible keys
-//   cover T_b tiles of 64 keys; with chunk = ceil(ΣT / (S - batch + 1)) tiles it gets
-//   n_b = ceil(T_b / chunk) consecutive slots of `chunk` tiles each (its last one shorter).
-//   They always fit: Σ n_b < ΣT / chunk + batch <= S + 1. Slots past Σ n_b return at once.
+//   cover T_b tiles of 64 keys; with k = S - batch + 1 it gets n_b = min(T_b, ceil(T_b·k / ΣT))
+//   consecutive slots, which split its tiles evenly (their sizes differ by one tile at most).
+//   They always fit: Σ n_b < Σ (T_b·k / ΣT + 1) = S + 1. Slots past Σ n_b return at once.
 //   Each block reads its keys of one KV head once for all the group's query heads (the 16-row
 //   m-tile is the packed group). Inside a block, tiles of 64 keys stream through STAGES
 //   cp.async buffers (3: 100 KB of shared memory at hd 128, 2 blocks per SM; measured best of
@@ -593,9 +593,11 @@ __device__ __forceinline__ SeqTiles seq_tiles(const AttnParams<T>& p, int b) {
     return {k.lo, k.hi, tile_lo, (k.hi - 1) / kDecodeBN - tile_lo + 1};
 }
 
-// Sequence b owns slots first .. first+n-1, each `chunk` tiles of its keys (b = -1: no one).
+// Sequence b owns slots first .. first+n-1, which split its tiles evenly (b = -1: no one).
 struct SlotRun {
-    int b, first, n, chunk;
+    int b, first, n;
+    // Slot first + j covers tiles [tile_begin(j), tile_begin(j + 1)) of the sequence's `tiles`.
+    __device__ int tile_begin(int j, int tiles) const { return (int)((int64_t)j * tiles / n); }
 };
 // The deal described above, run by a whole warp (lanes take 32 sequences at a time): returns
 // the run of sequence want_b, or with want_b < 0 the run that holds `slot`.
@@ -605,10 +607,11 @@ __device__ SlotRun plan_slots(const AttnParams<T>& p, int slots, int want_b, int
     int total = 0;
     for (int b = lane; b < p.batch; b += 32) total += seq_tiles(p, b).tiles;
     for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-    const int chunk = (total + slots - p.batch) / (slots - p.batch + 1);  // ceil(ΣT / (S - batch + 1))
+    const int64_t k = slots - p.batch + 1;
     int first = 0;  // slots taken by the sequences before this group of 32
     for (int b0 = 0; b0 < p.batch; b0 += 32) {
-        const int b = b0 + lane, n = b < p.batch ? (seq_tiles(p, b).tiles + chunk - 1) / chunk : 0;
+        const int b = b0 + lane, t = b < p.batch ? seq_tiles(p, b).tiles : 0;
+        const int n = (int)min((int64_t)t, (t * k + total - 1) / total);  // min(T_b, ceil(T_b·k / ΣT))
         int end = n;  // inclusive prefix sum over the lanes: b's slots end at first + end
         for (int o = 1; o < 32; o <<= 1) {
             const int x = __shfl_up_sync(0xffffffffu, end, o);
@@ -618,11 +621,11 @@ __device__ SlotRun plan_slots(const AttnParams<T>& p, int slots, int want_b, int
         const unsigned hit = __ballot_sync(0xffffffffu, n > 0 && (want_b >= 0 ? b == want_b : slot >= end - n && slot < end));
         if (hit) {
             const int src = __ffs(hit) - 1;
-            return {b0 + src, __shfl_sync(0xffffffffu, end - n, src), __shfl_sync(0xffffffffu, n, src), chunk};
+            return {b0 + src, __shfl_sync(0xffffffffu, end - n, src), __shfl_sync(0xffffffffu, n, src)};
         }
         first = __shfl_sync(0xffffffffu, end, 31);
     }
-    return {-1, 0, 0, chunk};
+    return {-1, 0, 0};
 }
 
 // o_part [S][n_q*nH][HD] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
@@ -640,8 +643,8 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     const SlotRun run = plan_slots(p, slots, -1, slot);
     if (run.b < 0) return;  // an idle slot (same for the whole block)
     const SeqTiles seq = seq_tiles(p, run.b);
-    const int tile_lo = seq.tile_lo + (slot - run.first) * run.chunk;
-    const int tile_hi = min(tile_lo + run.chunk, seq.tile_lo + seq.tiles) - 1;
+    const int tile_lo = seq.tile_lo + run.tile_begin(slot - run.first, seq.tiles);
+    const int tile_hi = seq.tile_lo + run.tile_begin(slot - run.first + 1, seq.tiles) - 1;
     const int lo = max(seq.lo, tile_lo * BN), hi = min(seq.hi, (tile_hi + 1) * BN);
     const int g = p.nH / p.nKV, pos0 = p.pos0[run.b];
     const RowMap map{g, (int)blockIdx.x, run.b * p.n_q, p.n_q * g};
