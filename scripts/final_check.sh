@@ -21,10 +21,11 @@ if [ "$part" = tests ]; then
 elif [ "$part" = sanitize ]; then
   # The GPU tests under memcheck and racecheck, side by side (16 CPU cores), each capped at
   # 450 s. Left out: test_kernels' Timing.* (speeds only), SamplingStats.* (thousands of
-  # draws: memcheck ran past 450 s) and, from racecheck, the sampling
-  # kernel's tests (one alone ran past 480 s). racecheck instruments only our kernels (names
-  # ending in _kernel, `kns`) for the fp32 engine tests: with cuBLAS's GEMMs instrumented too,
-  # test_batching ran past 8 minutes. The bf16 engine runs unfiltered: with any kernel-name
+  # draws: memcheck ran past 450 s) and, from racecheck, the sampling tests with hundreds of
+  # draws (one alone ran past 480 s): the sampling kernel is racechecked on
+  # SampleEveryPathFewDraws, which takes each of its paths in 10 draws per dtype. racecheck
+  # instruments only our kernels (names ending in _kernel, `kns`) for the fp32 engine tests:
+  # with cuBLAS's GEMMs instrumented too, test_batching ran past 8 minutes. The bf16 engine runs unfiltered: with any kernel-name
   # filter compute-sanitizer stops there with "Internal Sanitizer Error: failed to handle a
   # hardware exception", while unfiltered racecheck, memcheck and the plain run are clean.
   set -f  # the filters are not file globs
@@ -35,6 +36,9 @@ elif [ "$part" = sanitize ]; then
         "racecheck attention_fp32 test_attention Attention/0.*" "racecheck attention_fp16 test_attention Attention/1.*"
         "racecheck attention_bf16 test_attention Attention/2.*:AttentionGraph.*:AttentionArgs.*"
         "racecheck golden_bf16 test_golden *Bf16*" "racecheck kernels test_kernels Kernels/*:-*Sample*"
+        "racecheck sampler_fp32 test_kernels Kernels/fp32.SampleEveryPath*"
+        "racecheck sampler_fp16 test_kernels Kernels/fp16.SampleEveryPath*"
+        "racecheck sampler_bf16 test_kernels Kernels/bf16.SampleEveryPath*"
         "racecheck-ours golden_fp32 test_golden *GpuFp32*" "racecheck-ours batching test_batching *Gpu*"
         "racecheck-ours default_model test_default_model *Gpu*")
   for r in "${runs[@]}"; do

@@ -87,6 +87,7 @@ const std::vector<Case> kDecodeCases = {
     {{2999}, 1, 10, 2, 64, 0, 3100, 32},                 // GQA 5
     {{0}, 1, 4, 4, 128, 0, 64, 16},                      // first token
     {{100}, 1, 8, 2, 128, 0, 40000, 16},                 // short live length in a big cache: idle slots exit
+    {{8191}, 1, 32, 32, 128, 0, 8192, 16},               // 32 KV heads: 8 slots per head, 8 of 264 idle
     {{500}, 2, 16, 2, 128, 0, 600, 16},                  // n_q 2 x group 8 = 16 rows
     {{700}, 3, 4, 1, 64, 300, 800, 8},                   // n_q 3, window
     {{0, 16, 299, 2048}, 1, 8, 8, 128, 0, 2049, 16},     // batch of 1, 17, 300, 2049 keys: MHA
@@ -96,6 +97,7 @@ const std::vector<Case> kDecodeCases = {
     {{0, 16, 299, 2048}, 1, 8, 1, 64, 100, 2049, 16},    // GQA 8, window 100: released blocks
     {{0, 16, 299, 2048}, 2, 8, 2, 128, 64, 2050, 32},    // n_q 2, window 64
     {random_pos0(37, 1500, 1), 1, 8, 2, 64, 0, 1500, 16},      // 37 sequences: the slot plan spans 2 warps' worth
+    {random_pos0(300, 200, 3), 1, 8, 8, 64, 0, 200, 16},       // 300 short sequences: 600 slots, 10 warps' worth
     {random_pos0(40, 3000, 2), 1, 40, 8, 128, 256, 3000, 16},  // 40 sequences, OLMo-3-like 40/8 heads, window
 };
 

@@ -529,7 +529,7 @@ template <typename T> void expect_matches_cpu_sampler(const SamplerCase& c, int 
     std::printf("  %-58s %d draws: %d differ from sample_cpu, %d outside the set\n", what.c_str(), n, mismatches,
                 outside);
     EXPECT_EQ(outside, 0) << what;
-    EXPECT_LE(mismatches, 1) << what;
+    EXPECT_LE(mismatches, n >= 16 ? 1 : 0) << what;  // a boundary moved by rounding is rare
 }
 
 // The kernel resolves each target in a window of <= 1024 candidates gathered from its depth
@@ -553,6 +553,17 @@ TYPED_TEST(Kernels, SampleMatchesCpuSamplerWithTies) {
                                  SamplerCase{1001, 0, {0.9f, 100, 0.9f, 14}, 1}, SamplerCase{100352, 2.0f, {1.0f, 0, 1.0f, 15}},
                                  SamplerCase{100352, 2.0f, {1.0f, 30000, 0.95f, 16}}, SamplerCase{100352, 2.0f, {3.0f, 0, 0.5f, 17}, 1}})
         expect_matches_cpu_sampler<TypeParam>(c, 16, this->rng);
+}
+
+// Every path of the kernel in a few launches, small enough for compute-sanitizer racecheck
+// (which runs the tests above for longer than its time limit): a vocabulary smaller than the
+// cluster's slices (some blocks hold no logits), V = 1, misaligned logits with a window reused
+// by top-p after top-k, a large vocabulary, and exact ties that need the radix narrowing.
+TYPED_TEST(Kernels, SampleEveryPathFewDraws) {
+    for (const SamplerCase& c : {SamplerCase{40, 0, {0.8f, 0, 1.0f, 21}}, SamplerCase{1, 0, {1.0f, 3, 0.5f, 22}},
+                                 SamplerCase{1001, 0, {0.9f, 100, 0.9f, 23}, 1}, SamplerCase{100352, 0, {0.6f, 40, 0.95f, 24}},
+                                 SamplerCase{100352, 2.0f, {1.0f, 30000, 0.95f, 25}}})
+        expect_matches_cpu_sampler<TypeParam>(c, 2, this->rng);
 }
 
 class SamplingStats : public ::testing::Test {
