@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The GPU-machine runs behind the closing notes, in three parts that each fit one device call:
+# The GPU-machine runs behind the closing notes, in four parts that each fit one device call:
 #   bash scripts/final_check.sh tests      build, every test (run_all.sh)
 #   bash scripts/final_check.sh sanitize   build, every GPU test under compute-sanitizer memcheck
 #                                          and racecheck
+#   bash scripts/final_check.sh sanitize-sampler   build, racecheck of the sampling kernel: each
+#                                          SampleOnce test (one draw) in its own process
 #   bash scripts/final_check.sh bench   HF's own bf16 error on the fixtures, the bf16 golden test,
 #                                       every benchmark (make bench; BATCHES=0 skips the batched
 #                                       table), with the tables printed last
 # Logs under $OUT (tarred into logs_<part>.tgz). Run from the repository root with carry .carry/sys.
 set -uo pipefail
-part=${1:?usage: final_check.sh tests|sanitize|bench}
+part=${1:?usage: final_check.sh tests|sanitize|sanitize-sampler|bench}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 bash scripts/device_prep.sh
@@ -22,9 +24,8 @@ elif [ "$part" = sanitize ]; then
   # The GPU tests under memcheck and racecheck, side by side (16 CPU cores), each capped at
   # 450 s. Left out: test_kernels' Timing.* (speeds only), SamplingStats.* (thousands of
   # draws: memcheck ran past 450 s) and, from racecheck, the sampling tests with hundreds of
-  # draws (one alone ran past 480 s): the sampling kernel is racechecked on
-  # SampleEveryPathFewDraws, which takes each of its paths in 10 draws per dtype. racecheck
-  # instruments only our kernels (names ending in _kernel, `kns`) for the fp32 engine tests:
+  # draws (one alone ran past 480 s): the sampling kernel is racechecked in the sanitize-sampler
+  # part. racecheck instruments only our kernels (names ending in _kernel, `kns`) for the fp32 engine tests:
   # with cuBLAS's GEMMs instrumented too, test_batching ran past 8 minutes. The bf16 engine runs unfiltered: with any kernel-name
   # filter compute-sanitizer stops there with "Internal Sanitizer Error: failed to handle a
   # hardware exception", while unfiltered racecheck, memcheck and the plain run are clean.
@@ -36,9 +37,6 @@ elif [ "$part" = sanitize ]; then
         "racecheck attention_fp32 test_attention Attention/0.*" "racecheck attention_fp16 test_attention Attention/1.*"
         "racecheck attention_bf16 test_attention Attention/2.*:AttentionGraph.*:AttentionArgs.*"
         "racecheck golden_bf16 test_golden *Bf16*" "racecheck kernels test_kernels Kernels/*:-*Sample*"
-        "racecheck sampler_fp32 test_kernels Kernels/fp32.SampleEveryPath*"
-        "racecheck sampler_fp16 test_kernels Kernels/fp16.SampleEveryPath*"
-        "racecheck sampler_bf16 test_kernels Kernels/bf16.SampleEveryPath*"
         "racecheck-ours golden_fp32 test_golden *GpuFp32*" "racecheck-ours batching test_batching *Gpu*"
         "racecheck-ours default_model test_default_model *Gpu*")
   for r in "${runs[@]}"; do
@@ -50,6 +48,17 @@ elif [ "$part" = sanitize ]; then
   wait
   for f in "$OUT"/san_*.log; do
     echo "$(basename $f .log): $(grep -E '^\[  (PASSED|FAILED)|^\[  SKIPPED \] [0-9]|ERROR SUMMARY|RACECHECK SUMMARY' $f | tr '\n' ' ')"
+  done
+elif [ "$part" = sanitize-sampler ]; then
+  # racecheck takes one to several minutes per launch of sample_kernel (a cluster of 8 blocks
+  # of 1024 threads), so each (dtype, path) test runs in its own process, all side by side.
+  for t in $(build/tests/test_kernels --gtest_list_tests --gtest_filter='Paths/SampleOnce.*' | awk '/^ /{print $1}'); do
+    timeout 500 compute-sanitizer --tool racecheck build/tests/test_kernels --gtest_filter="Paths/SampleOnce.$t" \
+      >"$OUT/san_racecheck_$(basename $t).log" 2>&1 &
+  done
+  wait
+  for f in "$OUT"/san_*.log; do
+    echo "$(basename $f .log): $(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY|draws:' $f | tr '\n' ' ')"
   done
 else
   python3 tests/hf_bf16_error.py >"$OUT/hf_bf16.log" 2>&1; cat "$OUT/hf_bf16.log"

@@ -555,16 +555,40 @@ TYPED_TEST(Kernels, SampleMatchesCpuSamplerWithTies) {
         expect_matches_cpu_sampler<TypeParam>(c, 16, this->rng);
 }
 
-// Every path of the kernel in a few launches, small enough for compute-sanitizer racecheck
-// (which runs the tests above for longer than its time limit): a vocabulary smaller than the
-// cluster's slices (some blocks hold no logits), V = 1, misaligned logits with a window reused
-// by top-p after top-k, a large vocabulary, and exact ties that need the radix narrowing.
-TYPED_TEST(Kernels, SampleEveryPathFewDraws) {
-    for (const SamplerCase& c : {SamplerCase{40, 0, {0.8f, 0, 1.0f, 21}}, SamplerCase{1, 0, {1.0f, 3, 0.5f, 22}},
-                                 SamplerCase{1001, 0, {0.9f, 100, 0.9f, 23}, 1}, SamplerCase{100352, 0, {0.6f, 40, 0.95f, 24}},
-                                 SamplerCase{100352, 2.0f, {1.0f, 30000, 0.95f, 25}}})
-        expect_matches_cpu_sampler<TypeParam>(c, 2, this->rng);
+// Every path of the kernel, one draw each, one (dtype, path) per test: compute-sanitizer
+// racecheck takes one to several minutes per launch of this kernel (a cluster of 8 blocks of
+// 1024 threads), so scripts/final_check.sh racechecks these tests one process each. Paths: a
+// vocabulary smaller than the cluster's slices (some blocks hold no logits), V = 1, misaligned
+// logits with the top-k window reused by top-p, a large vocabulary, and ~2700 exact ties in one
+// depth bin, which needs the radix narrowing down to the id digits.
+struct SamplerPath {
+    const char* name;
+    SamplerCase c;
+};
+const SamplerPath kSamplerPaths[] = {
+    {"small_vocab", {40, 0, {0.8f, 0, 1.0f, 21}}},
+    {"one_token", {1, 0, {1.0f, 3, 0.5f, 22}}},
+    {"misaligned_topk_topp", {1001, 0, {0.9f, 100, 0.9f, 23}, 1}},
+    {"large_vocab", {100352, 0, {0.6f, 40, 0.95f, 24}}},
+    {"exact_ties", {3000, 8.0f, {1.0f, 2000, 0.95f, 25}}},
+};
+class SampleOnce : public ::testing::TestWithParam<std::tuple<int, SamplerPath>> {
+protected:
+    void SetUp() override { SKIP_WITHOUT_GPU(); }
+};
+TEST_P(SampleOnce, MatchesCpuSampler) {
+    const auto& [dtype, path] = GetParam();
+    std::mt19937 rng(7);
+    if (dtype == 0) expect_matches_cpu_sampler<float>(path.c, 1, rng);
+    if (dtype == 1) expect_matches_cpu_sampler<__half>(path.c, 1, rng);
+    if (dtype == 2) expect_matches_cpu_sampler<__nv_bfloat16>(path.c, 1, rng);
 }
+std::string sampler_path_name(const ::testing::TestParamInfo<SampleOnce::ParamType>& info) {
+    static const char* const dtypes[] = {"fp32", "fp16", "bf16"};
+    return std::string(dtypes[std::get<0>(info.param)]) + "_" + std::get<1>(info.param).name;
+}
+INSTANTIATE_TEST_SUITE_P(Paths, SampleOnce, ::testing::Combine(::testing::Values(0, 1, 2), ::testing::ValuesIn(kSamplerPaths)),
+                         sampler_path_name);
 
 class SamplingStats : public ::testing::Test {
 protected:
