@@ -12,6 +12,11 @@
 set -uo pipefail
 part=${1:?usage: final_check.sh tests|sanitize|sanitize-sampler|bench}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+summarize() {  # one line per sanitizer log: the test results and the tool's summary
+  for f in "$OUT"/san_*.log; do
+    echo "$(basename $f .log): $(grep -E '^\[  (PASSED|FAILED)|^\[  SKIPPED \] [0-9]|ERROR SUMMARY|RACECHECK SUMMARY|draws:' $f | tr '\n' ' ')"
+  done
+}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 bash scripts/device_prep.sh
 make -j16 all build/bench/bench_attention >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
@@ -24,11 +29,12 @@ elif [ "$part" = sanitize ]; then
   # The GPU tests under memcheck and racecheck, side by side (16 CPU cores), each capped at
   # 450 s. Left out: test_kernels' Timing.* (speeds only), SamplingStats.* (thousands of
   # draws: memcheck ran past 450 s) and, from racecheck, the sampling tests with hundreds of
-  # draws (one alone ran past 480 s): the sampling kernel is racechecked in the sanitize-sampler
-  # part. racecheck instruments only our kernels (names ending in _kernel, `kns`) for the fp32 engine tests:
-  # with cuBLAS's GEMMs instrumented too, test_batching ran past 8 minutes. The bf16 engine runs unfiltered: with any kernel-name
-  # filter compute-sanitizer stops there with "Internal Sanitizer Error: failed to handle a
-  # hardware exception", while unfiltered racecheck, memcheck and the plain run are clean.
+  # draws (one alone ran past 480 s): the sampling kernel is racechecked in the
+  # sanitize-sampler part. racecheck instruments only our kernels (names ending in _kernel,
+  # `kns`) for the fp32 engine tests: with cuBLAS's GEMMs instrumented too, test_batching ran
+  # past 8 minutes. The bf16 engine runs unfiltered: with any kernel-name filter
+  # compute-sanitizer stops there with "Internal Sanitizer Error: failed to handle a hardware
+  # exception", while unfiltered racecheck, memcheck and the plain run are clean.
   set -f  # the filters are not file globs
   runs=("memcheck attention_fp32 test_attention Attention/0.*" "memcheck attention_fp16 test_attention Attention/1.*"
         "memcheck attention_bf16 test_attention Attention/2.*:AttentionGraph.*:AttentionArgs.*"
@@ -46,9 +52,7 @@ elif [ "$part" = sanitize ]; then
   done
   set +f
   wait
-  for f in "$OUT"/san_*.log; do
-    echo "$(basename $f .log): $(grep -E '^\[  (PASSED|FAILED)|^\[  SKIPPED \] [0-9]|ERROR SUMMARY|RACECHECK SUMMARY' $f | tr '\n' ' ')"
-  done
+  summarize
 elif [ "$part" = sanitize-sampler ]; then
   # racecheck takes one to several minutes per launch of sample_kernel (a cluster of 8 blocks
   # of 1024 threads), so each (dtype, path) test runs in its own process, all side by side.
@@ -57,9 +61,7 @@ elif [ "$part" = sanitize-sampler ]; then
       >"$OUT/san_racecheck_$(basename $t).log" 2>&1 &
   done
   wait
-  for f in "$OUT"/san_*.log; do
-    echo "$(basename $f .log): $(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY|draws:' $f | tr '\n' ' ')"
-  done
+  summarize
 else
   python3 tests/hf_bf16_error.py >"$OUT/hf_bf16.log" 2>&1; cat "$OUT/hf_bf16.log"
   build/tests/test_golden --gtest_filter='*Bf16*' >"$OUT/golden_bf16.log" 2>&1; grep -E "bf16 decode_logits|PASSED|FAILED" "$OUT/golden_bf16.log"
