@@ -27,6 +27,31 @@ MemoryUse Engine::with_pool_use(MemoryUse m) const {
     return m;
 }
 
+// A prefill of w.prompt_len tokens (at most 512: the kernels and GEMM shapes of short prompts
+// exactly; a longer prompt's own one-time cost is small next to its prefill), then one decode
+// step of w.batch sequences forked from it, then everything is freed. Each fork beyond the
+// first needs one block of its own for the new token, so the batch shrinks to what the pool
+// holds (a pool too small for even one sequence is left for the real request to report).
+void Engine::rehearse(const WarmUp& w) {
+    const int len = std::min({w.prompt_len, 512, max_seq_ - 1});
+    int room = INT32_MAX;
+    for (int k = 0; k < 2; k++)
+        if (kv_->total_blocks(k) > 0) room = std::min(room, kv_->free_blocks(k) - kv_->blocks_needed(len + 1));
+    const int batch = std::min(w.batch, room + 1);
+    if (len < 1 || batch < 1) return;
+    const int root = new_sequence();
+    std::vector<int> seqs{root};
+    if (w.sampling.empty()) prefill(root, std::vector<int>(len, 0));
+    else prefill_sample(root, std::vector<int>(len, 0), w.sampling[0], 0);
+    while ((int)seqs.size() < batch) seqs.push_back(fork_sequence(root));
+    const std::vector<int> ids(batch, 0);
+    if (w.sampling.empty()) decode(seqs, ids);
+    else decode_sample(seqs, ids, std::vector<SamplingParams>(w.sampling.begin(), w.sampling.begin() + batch),
+                       std::vector<uint64_t>(batch, 0));
+    for (int s : seqs) free_sequence(s);
+    peak_used_ = 0;
+}
+
 void Engine::check_ids(const std::vector<int>& ids) const {
     const int V = config().vocab;
     for (int id : ids)

@@ -19,6 +19,19 @@ struct SamplingParams {
     int top_k = 0;             // 0 = off
     float top_p = 1.0f;        // 1 = off
     uint64_t seed = 0;
+    bool operator==(const SamplingParams& o) const {
+        return temperature == o.temperature && top_k == o.top_k && top_p == o.top_p && seed == o.seed;
+    }
+};
+
+// What the first request will look like, so that loading can do the one-time work (kernel
+// modules, cuBLAS's first calls, CUDA-graph capture) before it: a prompt of prompt_len tokens,
+// then decode steps of `batch` sequences drawing with `sampling` (one entry per sequence), or
+// returning logits when `sampling` is empty (beam search).
+struct WarmUp {
+    int prompt_len = 1;
+    int batch = 1;
+    std::vector<SamplingParams> sampling;
 };
 
 // Called with every named intermediate tensor of a prefill (golden tests): name as in the
@@ -67,6 +80,10 @@ public:
     std::vector<float> forward(const std::vector<int>& ids);             // prefill, or decode for one id
     int forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step);
 
+    // Runs a request shaped like `w` on scratch sequences and frees them, so the first real
+    // request pays no set-up. The CPU engine has none to pay and does nothing.
+    virtual void warm_up(const WarmUp& w) { (void)w; }
+
     virtual MemoryUse memory() const = 0;
     ActivationHook hook;   // called with named intermediates during prefill (golden tests)
 
@@ -75,6 +92,8 @@ protected:
     void init_kv(const ModelConfig& c, int max_seq, int kv_blocks);
     // m with the KV pool's block counts filled in.
     MemoryUse with_pool_use(MemoryUse m) const;
+    // warm_up's work, through the public calls: see engine.cpp.
+    void rehearse(const WarmUp& w);
     // Implementations: the KV rows are reserved before and committed after these calls.
     // prefill_impl fills logits [V] (if not null) and *id (if not null, drawn with s, step).
     virtual void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,

@@ -15,8 +15,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "attention.cuh"
 #include "common.h"
@@ -132,6 +132,8 @@ public:
     }
 
     const ModelConfig& config() const override { return c_; }
+
+    void warm_up(const WarmUp& w) override { rehearse(w); }
 
     MemoryUse memory() const override {
         MemoryUse m;
@@ -377,25 +379,30 @@ private:
         hook(name, f.data(), n, KV);
     }
 
-    // Decode steps replay a captured graph per batch size; the sampling settings are baked in,
-    // so new settings capture again.
+    // Decode steps replay a graph captured once per (batch size, sampling settings): the
+    // settings are kernel arguments, baked into the graph. The cache keeps the kMaxGraphs most
+    // recently used graphs (a long batched run shrinks its batch step by step; settings change
+    // between requests) and destroys the rest.
+    static constexpr size_t kMaxGraphs = 16;
     struct Graph {
         int batch;
         std::vector<SamplingParams> sampling;   // empty: logits only
         cudaGraphExec_t exec;
     };
-    static bool same(const std::vector<SamplingParams>& a, const std::vector<SamplingParams>& b) {
-        if (a.size() != b.size()) return false;
-        for (size_t i = 0; i < a.size(); i++)
-            if (std::memcmp(&a[i], &b[i], sizeof(SamplingParams)) != 0) return false;
-        return true;
-    }
     void graph_for(int B, const std::vector<SamplingParams>& s) {
-        for (Graph& g : graphs_)
-            if (g.batch == B && same(g.sampling, s)) {
-                cudaCheck(cudaGraphLaunch(g.exec, stream_));
-                return;
+        auto hit = std::find_if(graphs_.begin(), graphs_.end(), [&](const Graph& g) { return g.batch == B && g.sampling == s; });
+        if (hit == graphs_.end()) {
+            if (graphs_.size() == kMaxGraphs) {
+                cudaCheck(cudaGraphExecDestroy(graphs_.back().exec));
+                graphs_.pop_back();
             }
+            graphs_.insert(graphs_.begin(), Graph{B, s, capture(B, s)});
+        } else {
+            std::rotate(graphs_.begin(), hit, hit + 1);   // most recently used first
+        }
+        cudaCheck(cudaGraphLaunch(graphs_.front().exec, stream_));
+    }
+    cudaGraphExec_t capture(int B, const std::vector<SamplingParams>& s) {
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         cudaCheck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -404,8 +411,7 @@ private:
         cudaCheck(cudaStreamEndCapture(stream_, &graph));
         cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
         cudaCheck(cudaGraphDestroy(graph));
-        graphs_.push_back({B, s, exec});
-        cudaCheck(cudaGraphLaunch(exec, stream_));
+        return exec;
     }
 
     // After the forward: logits_ [B, V] hold each sequence's last-token logits; next_ids_[b]

@@ -119,6 +119,37 @@ TEST(Engine, BatchedGreedyEqualsSingleGpu) {
     }
 }
 
+// Engine::warm_up runs a request like the first one on scratch sequences: afterwards every
+// block is free again and generation (greedy, sampled, batched, beams) is what it is without.
+TEST(Engine, WarmUpChangesNothingGpu) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU warm-up test skipped";
+    Fixture f("olmo3_swa_yarn");
+    std::vector<Request> reqs;
+    for (int k = 0; k < 3; k++) reqs.push_back({{5, 9, 2, 7, 1 + k}, {0.9f, 20, 0.9f, 11u + k}, 10});
+    for (DeviceDType dt : {DeviceDType::F32, DeviceDType::BF16}) {
+        auto cold = make_cuda_engine(f.cfg, &f.ckpt, 64, dt, 64, 4);
+        const auto want = generate(*cold, reqs, {});
+        const BeamResult want_beams = beam_search(*cold, reqs[0].prompt, 3, 8, 1.0f, {});
+        auto warm = make_cuda_engine(f.cfg, &f.ckpt, 64, dt, 64, 4);
+        warm->warm_up({5, 3, {reqs[0].sampling, reqs[1].sampling, reqs[2].sampling}});
+        warm->warm_up({5, 3, {}});
+        const KvCache& kv = warm->kv_cache();
+        EXPECT_EQ(kv.free_blocks(0) + kv.free_blocks(1), kv.total_blocks(0) + kv.total_blocks(1));
+        EXPECT_EQ(generate(*warm, reqs, {}), want);
+        EXPECT_EQ(beam_search(*warm, reqs[0].prompt, 3, 8, 1.0f, {}).tokens, want_beams.tokens);
+    }
+}
+
+// A pool too small for the warm-up's batch: the batch shrinks, nothing fails.
+TEST(Engine, WarmUpFitsAnySmallPoolGpu) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU warm-up test skipped";
+    Fixture f("olmo2_gqa");
+    auto eng = make_cuda_engine(f.cfg, &f.ckpt, 64, DeviceDType::BF16, 2, 8);
+    eng->warm_up({40, 8, {}});
+    EXPECT_EQ(eng->kv_cache().free_blocks(0), eng->kv_cache().total_blocks(0));
+    EXPECT_EQ(generate(*eng, {{{1, 2, 3}, {}, 5}}, {})[0].size(), 5u);
+}
+
 // Beam search ids equal transformers' generate(num_beams=N, do_sample=False).
 std::vector<int> until_eos(std::vector<int> ids, const std::vector<int>& eos) {
     for (size_t i = 0; i < ids.size(); i++)
