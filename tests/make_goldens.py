@@ -39,7 +39,7 @@ If a transformers version stops calling that module-level function, the wrapper 
 and q/k after RoPE are computed from the cos/sin the attention module received instead.
 
 Every activation is then re-derived from its inputs with the math of
-shared/reference/olmo-architecture.md (norms, clip, RoPE, causal/sliding attention, SwiGLU,
+docs/architecture.md (norms, clip, RoPE, causal/sliding attention, SwiGLU,
 residual identities, final norm, lm_head) and the worst error per check is printed; the
 8 KV-cache decode steps are compared with one no-cache forward over prompt + decode_ids.
 
