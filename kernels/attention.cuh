@@ -598,7 +598,8 @@ __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::M
 #pragma unroll
             for (int d = 0; d < DT; d++)
                 if (d * 8 < p.hd)  // dims past hd (a padded tile) are not stored
-                    *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
+                    *reinterpret_cast<uint32_t*>(dst + d * 8) =
+                        pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
         }
 }
 

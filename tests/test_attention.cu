@@ -107,7 +107,7 @@ const std::vector<Case> kDecodeCases = {
 };
 
 // Head sizes besides 64 and 128 (which the lists above use), and their representative cases
-// (hd 0 there: filled in by at_head_dim).
+// (hd 0 there: check_head_sizes fills it in).
 const int kHeadSizes[] = {8, 16, 32, 80, 96, 192, 256};
 const std::vector<Case> kPrefillCasesAnyHd = {
     // pos0  n_q nH nKV hd win s_cap bs
@@ -125,11 +125,6 @@ const std::vector<Case> kDecodeCasesAnyHd = {
     {{2048, 0, 299, 16}, 1, 8, 4, 0, 0, 2100, 8},          // batch, GQA 2
     {random_pos0(37, 1500, 1), 1, 10, 2, 0, 0, 1500, 16},  // 37 sequences, GQA 5
 };
-std::vector<Case> at_head_dim(std::vector<Case> cases, int hd) {
-    for (Case& c : cases) c.hd = hd;
-    return cases;
-}
-
 template <typename T> struct Tol;
 template <> struct Tol<float> { static constexpr double rel = 1e-5, abs = 1e-4; static constexpr const char* name = "f32"; };
 template <> struct Tol<__half> { static constexpr double rel = 5e-3, abs = 2e-2; static constexpr const char* name = "f16"; };
@@ -335,7 +330,8 @@ void check_cases(const std::vector<Case>& cases, uint32_t seed0, std::initialize
         Problem<T> pr(c, seed++);
         const std::vector<float> ref = pr.reference();
         for (const Named<T>& k : kernels)
-            expect_close(pr.run(k.run), ref, Tol<T>::rel, Tol<T>::abs, std::string(k.what) + " " + Tol<T>::name + " " + c.str());
+            expect_close(pr.run(k.run), ref, Tol<T>::rel, Tol<T>::abs,
+                         std::string(k.what) + " " + Tol<T>::name + " " + c.str());
     }
 }
 
@@ -360,21 +356,26 @@ TYPED_TEST(Attention, DecodeMatchesCpu) {
     check_cases<TypeParam>(kDecodeCases, 300, {{"decode", run_decode<TypeParam>}});
 }
 
-// The other head sizes: each runs on the kernels of its tile width with the dims past hd padded.
+// check_cases at each head size of kHeadSizes: each runs on the kernels of its tile width with
+// the dims past hd padded.
+template <typename T>
+void check_head_sizes(std::vector<Case> cases, uint32_t seed, std::initializer_list<Named<T>> kernels) {
+    for (int hd : kHeadSizes) {
+        for (Case& c : cases) c.hd = hd;
+        check_cases<T>(cases, seed += 10, kernels);
+    }
+}
+
 TYPED_TEST(Attention, PrefillEveryHeadSizeMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    uint32_t seed = 600;
-    for (int hd : kHeadSizes)
-        check_cases<TypeParam>(at_head_dim(kPrefillCasesAnyHd, hd), seed += 10,
-                               {{"naive", run_naive<TypeParam>}, {"prefill", run_prefill<TypeParam>}});
+    check_head_sizes<TypeParam>(kPrefillCasesAnyHd, 600,
+                                {{"naive", run_naive<TypeParam>}, {"prefill", run_prefill<TypeParam>}});
 }
 
 TYPED_TEST(Attention, DecodeEveryHeadSizeMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    uint32_t seed = 700;
-    for (int hd : kHeadSizes)
-        check_cases<TypeParam>(at_head_dim(kDecodeCasesAnyHd, hd), seed += 10,
-                               {{"decode", run_decode<TypeParam>}, {"prefill", run_prefill<TypeParam>}});
+    check_head_sizes<TypeParam>(kDecodeCasesAnyHd, 700,
+                                {{"decode", run_decode<TypeParam>}, {"prefill", run_prefill<TypeParam>}});
 }
 
 // Same inputs through two GPU paths: batched decode == prefill per sequence, naive == flash prefill.
