@@ -1,5 +1,6 @@
 // attention.cuh: causal (optionally sliding-window) attention of new queries over a paged KV cache.
-// defines: AttnParams, attention_naive, attention_naive_workspace_bytes, attention_prefill,
+// defines: AttnParams, attention_supports_head_dim, attention_supported_head_dims,
+//          attention_naive, attention_naive_workspace_bytes, attention_prefill,
 //          attention_decode, attention_decode_workspace_bytes
 //
 // Every kernel computes, for query token t of sequence b (absolute position i = pos0[b] + t)
@@ -21,6 +22,15 @@
 //                      parallel (long sequences get more splits), then a second kernel merges them.
 // For T = float the prefill and decode entry points run a simple warp-per-row kernel instead
 // (tensor cores take 16-bit operands; fp32 serves as the exact reference path).
+//
+// Head sizes. The flash kernels keep tiles of HD dims per row, for three tile widths HD = 64,
+// 128 and 256 (the shared-memory swizzle works on groups of 8 16-byte chunks, so HD is a
+// multiple of 64). A head size hd, any multiple of 8 up to 256, runs on the smallest HD >= hd
+// (16, 32 -> 64; 80, 96 -> 128; 192 -> 256): its dims hd .. HD-1 exist only in shared memory and
+// registers. Loads zero-fill them (cp.async with src-size 0, which reads nothing), so they add 0
+// to every q·k, and the P·V columns they produce are never stored. Global memory is always
+// addressed with the real hd (row strides nH*hd and nKV*hd); only shared memory and registers
+// use HD. A multiple of 8 keeps every row 16-byte aligned in 16-bit types, as cp.async needs.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -48,7 +58,7 @@ struct AttnParams {
     const int* pos0;  // DEVICE [batch]: position of sequence b's first query; its keys are
                       // positions 0 .. pos0[b]+n_q-1 (read on the device, so a captured CUDA
                       // graph replays with new positions)
-    int nH, nKV, hd;  // hd in {64, 128}; nH % nKV == 0
+    int nH, nKV, hd;  // attention_supports_head_dim(hd) (the naive kernels take any); nH % nKV == 0
     int window;       // 0 = full causal; W > 0: query at position i sees keys i-W+1 .. i
     float scale;      // usually hd^-0.5
     int s_cap;        // max positions per sequence (an upper bound on pos0[b] + n_q); sets the
@@ -64,6 +74,11 @@ struct AttnParams {
 // attention_decode reads pos0 and block_table before it waits for the kernel ahead of it in the
 // stream (a programmatic dependent launch), so they must not be written by that kernel: the
 // engine uploads them with a copy at the start of the step.
+
+// The head sizes attention_prefill and attention_decode take (see "Head sizes" above), so that a
+// caller can choose another path before loading a model.
+inline bool attention_supports_head_dim(int hd) { return hd > 0 && hd <= 256 && hd % 8 == 0; }
+inline std::string attention_supported_head_dims() { return "multiples of 8 up to 256"; }
 
 
 namespace attn {
@@ -153,12 +168,14 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
 // with chunk c of row r stored at chunk position (c ^ r) % 8 + c / 8 * 8: the 8 rows that one
 // ldmatrix reads at the same column fall in 8 different bank groups, so neither the row-wise
 // (Q, K) nor the transposed (V) reads conflict. The base is 128-byte aligned and rows are
-// 128 or 256 bytes, so address bits 4..6 hold exactly the swizzled chunk bits; that makes
+// 128, 256 or 512 bytes, so address bits 4..6 hold exactly the swizzled chunk bits; that makes
 //   addr(row + dr, chunk + dc) = (addr(row, chunk) ^ (dc % 8) * 16) + dr * row_bytes + dc / 8 * 128
-// for dr a multiple of 8 and dc even with chunk in {0, 1}: a per-lane base address, an XOR
-// with a constant and an immediate offset, instead of a swizzle per fragment load.
+// for dr a multiple of 8 and either dc even with chunk in {0, 1} or dc a multiple of 8: a
+// per-lane base address, an XOR with a constant and an immediate offset, instead of a swizzle
+// per fragment load.
 template <int HD>
 struct SmemTile {
+    static_assert(HD % 64 == 0, "rows of whole groups of 8 chunks");
     static constexpr int kRowBytes = HD * 2;
     uint32_t base;  // shared-window address
     __device__ uint32_t at(int row, int chunk) const {
@@ -170,17 +187,26 @@ struct SmemTile {
     }
 };
 
-// The copy pattern of a ROWS x HD tile: thread i copies 16-byte chunk c = i % (HD/8) of rows
-// i / (HD/8) + k * STEP, STEP = THREADS / (HD/8) a multiple of 8, so all its destinations share
-// one swizzle and differ by immediate offsets. Calls copy(row, c, shared address) for each.
+// The copy pattern of a ROWS x HD tile by THREADS threads, in passes of STEP rows x CW chunks:
+// thread i copies chunk c0 = i % CW of row r0 = i / CW, then the same place of the following
+// passes, rows r0 + k*STEP and chunks c0 + j*CW. A pass spans whole rows (CW = HD/8) when that
+// still covers 8 rows or more, else 8 rows of CW = THREADS/8 chunks (HD 256 with 128 threads:
+// half a row, so each thread copies two chunks per row). STEP is a multiple of 8, and so is CW
+// when a row takes several passes: by SmemTile's rule all of a thread's destinations then share
+// the swizzle of its first and differ by immediate offsets. Calls copy(row, chunk, shared address).
 template <int ROWS, int THREADS, int HD, typename Copy>
 __device__ __forceinline__ void for_each_tile_chunk(SmemTile<HD> dst, Copy copy) {
-    constexpr int CHUNKS = HD / 8, STEP = THREADS / CHUNKS;
-    static_assert(STEP % 8 == 0 && ROWS % STEP == 0, "every thread copies whole rows' chunks alike");
-    const int r0 = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
-    const uint32_t s0 = dst.at(r0, c);
+    constexpr int CHUNKS = HD / 8, CW = THREADS / CHUNKS >= 8 ? CHUNKS : THREADS / 8, STEP = THREADS / CW;
+    static_assert(THREADS % CW == 0 && CHUNKS % CW == 0 && (CW == CHUNKS || CW % 8 == 0),
+                  "a row is copied in whole passes that keep the swizzle");
+    static_assert(STEP % 8 == 0 && ROWS % STEP == 0, "every thread copies the same rows of each group of 8");
+    const int r0 = threadIdx.x / CW, c0 = threadIdx.x % CW;
+    const uint32_t s0 = dst.at(r0, c0);
 #pragma unroll
-    for (int it = 0; it < ROWS / STEP; it++) copy(r0 + it * STEP, c, s0 + it * STEP * SmemTile<HD>::kRowBytes);
+    for (int it = 0; it < ROWS / STEP; it++)
+#pragma unroll
+        for (int j = 0; j < CHUNKS / CW; j++)
+            copy(r0 + it * STEP, c0 + j * CW, s0 + it * STEP * SmemTile<HD>::kRowBytes + j * CW * 16);
 }
 
 // Rows of a query tile are (token, head) pairs. The g = nH/nKV query heads that share KV head
@@ -278,14 +304,16 @@ struct TableWindow {
 // (prefill: an ldmatrix from shared memory at each use; decode: registers filled once). One
 // ldmatrix.x4 of K gives the B fragments of two n-tiles, reused by all MT m-tiles. K lane
 // addresses: rows lane%8 + 8*(lane/16), chunk (lane/8)%2 (matrices: keys 0-7 dims 0-7, keys 0-7
-// dims 8-15, keys 8-15 ...). With one m-tile (decode) the even and odd 16-wide slices of hd
-// accumulate in two separate chains, halving the chain of dependent mma.
-// In the prefill kernel (MT = 2) at hd 128 the hd loop is unrolled by 2 only: fully unrolled,
+// dims 8-15, keys 8-15 ...). With few accumulators (decode: one m-tile, two n-tiles) the even
+// and odd 16-wide slices of HD accumulate in two separate chains, halving the chain of
+// dependent mma; the prefill kernel has 8 or 16 independent ones already.
+// In the prefill kernel at HD 128 and 256 the HD loop is unrolled by 2 only: fully unrolled,
 // ptxas hoists so many fragment loads that it spills at 255 registers.
 template <typename T, int HD, int MT, int NT, typename QFrag>
 __device__ __forceinline__ void warp_scores(float (&s)[MT][NT][4], QFrag q_frag, SmemTile<HD> k, int lane) {
     using Tile = SmemTile<HD>;
-    constexpr int CHAINS = MT == 1 ? 2 : 1, UNROLL = HD >= 128 && MT > 1 ? 2 : HD / 16;
+    constexpr bool FEW = MT * NT < 8;  // accumulators
+    constexpr int CHAINS = FEW ? 2 : 1, UNROLL = HD >= 128 && !FEW ? 2 : HD / 16;
     const uint32_t ka = k.at((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
     float acc[CHAINS][MT][NT][4] = {};
 #pragma unroll UNROLL
@@ -321,7 +349,7 @@ struct QFromSmem {
     __device__ QFromSmem(SmemTile<HD> q, int lane) : qa(q.at(lane & 15, lane >> 4)) {}
     __device__ void operator()(int mt, int kk, uint32_t (&a)[4]) const { ldmatrix_x4(a, SmemTile<HD>::step(qa, mt * 16, kk / 8)); }
 };
-// ... or all of them for one m-tile (hd/16 slices, 32 registers at hd 128), read once.
+// ... or all of them for one m-tile (HD/16 slices, 32 registers at HD 128), read once.
 template <int HD>
 struct QInRegisters {
     uint32_t f[HD / 16][4];
@@ -438,8 +466,10 @@ __device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (
 // Starts copying keys key0 .. key0+BN-1 of KV head kvh into a K and a V tile; `tw` must hold
 // the tile's window (TableWindow::advance). Rows outside the keys [lo, hi) are zero-filled without
 // touching the pool: their blocks may be released or unwritten, and even a masked row must not
-// hold NaN (its probability 0 times NaN in P·V would be NaN). The K and V tiles share a layout,
-// so a row's V chunk lands at the K chunk's address plus (sv - sk).
+// hold NaN (its probability 0 times NaN in P·V would be NaN). So are the chunks past the head
+// (dims >= hd of a padded tile): the thread that copies one sees an empty key range and reads
+// from inside the head. The K and V tiles share a layout, so a row's V chunk lands at the K
+// chunk's address plus (sv - sk).
 // Decode issues about one 16-byte copy per cycle per SM, so the ~10 instructions per row
 // around the two copies count: 32-bit row arithmetic and one unsigned 32x32->64 multiply-add
 // per pointer (signed 64-bit math here measured 3% slower prefill, 6-10% slower decode at one
@@ -448,25 +478,28 @@ template <int BN, int THREADS, typename T, int HD>
 __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T>& p,
                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi) {
     static_assert(BN <= 32 * 8, "a tile lies in one table window (block_size >= 8)");
-    const uint32_t row_bytes = p.nKV * HD * sizeof(T), to_v = sv.base - sk.base;
+    const uint32_t row_bytes = p.nKV * p.hd * sizeof(T), to_v = sv.base - sk.base;
     for_each_tile_chunk<BN, THREADS>(sk, [&](int r, int c, uint32_t s) {
-        const char* k = reinterpret_cast<const char*>(p.k + kvh * HD + c * 8);  // the same for all rows
-        const char* v = reinterpret_cast<const char*>(p.v + kvh * HD + c * 8);
+        const bool in_head = c * 8 < p.hd;  // the same for all of a chunk's rows
+        const int col = kvh * p.hd + (in_head ? c * 8 : 0), n_keys = in_head ? hi - lo : 0;
+        const char* k = reinterpret_cast<const char*>(p.k + col);
+        const char* v = reinterpret_cast<const char*>(p.v + col);
         const int key = key0 + r;
         const uint32_t block = tw.block_of(key);
-        const bool valid = (unsigned)(key - lo) < (unsigned)(hi - lo);  // lo <= key < hi
+        const bool valid = (unsigned)(key - lo) < (unsigned)n_keys;  // lo <= key < hi, in the head
         const uint32_t row = valid ? block << tw.pg.shift | (key & tw.pg.mask) : 0;
         cp_async_16(s, k + mul_wide(row, row_bytes), valid);
         cp_async_16(s + to_v, v + mul_wide(row, row_bytes), valid);
     });
 }
 
-// Starts copying the query rows of `map` into a tile; rows past map.rows are zero-filled.
+// Starts copying the query rows of `map` into a tile; rows past map.rows and dims past hd are
+// zero-filled.
 template <int ROWS, int THREADS, typename T, int HD>
 __device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnParams<T>& p, const RowMap& map) {
     for_each_tile_chunk<ROWS, THREADS>(sq, [&](int r, int c, uint32_t s) {
-        const bool valid = r < map.rows;
-        cp_async_16(s, valid ? p.q + (int64_t)map.token(r) * p.nH * HD + map.head(r) * HD + c * 8 : p.q, valid);
+        const bool valid = r < map.rows && c * 8 < p.hd;
+        cp_async_16(s, valid ? p.q + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + c * 8 : p.q, valid);
     });
 }
 
@@ -475,24 +508,37 @@ __device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnPar
 //   Grid (nKV, query blocks). A block owns 128 query rows (BM/g tokens of one GQA group). The
 //   latest tokens go first, across all heads: causal blocks at the end of the sequence have the
 //   most work, so the light ones fill the tail (the other order, heads one after another,
-//   measured 257 instead of 312 TFLOP/s at S = 4096). 4 warps,
-//   each 32 rows = 2 m-tiles, so every K/V fragment read from shared memory feeds 2 mma.
+//   measured 257 instead of 312 TFLOP/s at S = 4096). At HD 64 and 128: 4 warps, each 32 rows
+//   = 2 m-tiles, so every K/V fragment read from shared memory feeds 2 mma. At HD 256 a warp's
+//   o would take 256 fp32 registers per lane that way, so the block has 8 warps of 16 rows (one
+//   m-tile) instead: still 128 rows, so each K/V tile serves as many queries.
 //   The keys the block can see, [lo, last position], are walked in tiles of BN keys; the tiles
 //   before lo (sliding window) and after the diagonal (causal) are never loaded. K/V tiles are
 //   double-buffered: tile i+1 is copied with cp.async while tile i is computed (and the table
 //   entries of tile i+2 are read). Only tiles that some row sees partially (the diagonal, the
 //   window's start) apply the element mask.
-//   Shared memory: Q 128 x hd + 2 stages x (K, V) BN x hd = 96 KB at hd 128, BN 64 (and the
-//   table rings, 1.5 KB): 2 blocks
-//   per SM. Registers: o (32 x hd / 32 lanes = 128 fp32 at hd 128) + s (BN fp32): 255, no
-//   spill with the paged loader's 32-bit address math (before it: 20 bytes spilled, 7% slower).
-//   BN = 32 measured 15% slower.
+//   Shared memory: Q 128 x HD + 2 stages x (K, V) BN x HD = 96 KB at HD 128, BN 64 (and the
+//   table rings, 1.5 KB): 2 blocks per SM; 192 KB at HD 256: one block (8 warps) per SM.
+//   Registers: o (16·MT x HD / 32 lanes = 128 fp32 at HD 128 and 256) + s (MT·BN/2 fp32): at
+//   most 255, no spill with the paged loader's 32-bit address math (before it: 20 bytes spilled
+//   at HD 128, 7% slower). BN = 32 measured 15% slower.
 // ------------------------------------------------------------------------------------------
-constexpr int kPrefillBM = 128, kPrefillBN = 64, kPrefillThreads = 128;
+constexpr int kPrefillBM = 128, kPrefillBN = 64;
+// Shared memory on sm_90: per SM, of which each block takes a reserved 1 KB, and per block.
+constexpr int kSmemPerSmBytes = 228 * 1024, kSmemReservedBytes = 1024, kMaxSmemBytes = 227 * 1024;
+
+// The prefill block of tile width HD: kPrefillBM rows in WARPS warps of MT m-tiles each.
+template <int HD>
+struct PrefillShape {
+    static constexpr int MT = HD <= 128 ? 2 : 1, WARPS = kPrefillBM / (16 * MT), THREADS = 32 * WARPS;
+    static constexpr int MIN_BLOCKS = HD <= 128 ? 2 : 1;  // per SM, as shared memory allows
+};
 
 template <typename T, int HD, int BN>
-__global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(const AttnParams<T> p) {
-    constexpr int BM = kPrefillBM, MT = 2, NT = BN / 8, DT = HD / 8;
+__global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::MIN_BLOCKS)
+    attention_prefill_kernel(const AttnParams<T> p) {
+    using Shape = PrefillShape<HD>;
+    constexpr int BM = kPrefillBM, MT = Shape::MT, WM = 16 * MT, THREADS = Shape::THREADS, NT = BN / 8, DT = HD / 8;
     extern __shared__ __align__(128) uint4 smem[];
     const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows BM + 2s*BN
     auto k_stage = [&](int s) { return sq.rows_from(BM + 2 * s * BN); };
@@ -506,30 +552,30 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
     const KeyRange keys = visible_keys(pos_lo, pos_hi, p.window);
     const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
 
-    auto row_pos = [&](int r) { return pos0 + map.token(warp * 32 + r); };  // position of the warp's row r
+    auto row_pos = [&](int r) { return pos0 + map.token(warp * WM + r); };  // position of the warp's row r
     float o[MT][DT][4] = {}, m[MT][2], l[MT][2] = {};
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY;
     const float c = p.scale * kLog2e;
 
     TableWindow tw(pages_of(p, 0), keys.lo, keys.hi, lane, sq.base + (BM + 4 * BN) * SmemTile<HD>::kRowBytes + warp * kTableRingBytes);
-    load_q_tile_async<BM, kPrefillThreads>(sq, p, map);
+    load_q_tile_async<BM, THREADS>(sq, p, map);
     cp_async_commit();
-    load_kv_tile_async<BN, kPrefillThreads>(k_stage(0), v_stage(0), p, tw, map.kvh, tile_lo * BN, keys.lo, keys.hi);
+    load_kv_tile_async<BN, THREADS>(k_stage(0), v_stage(0), p, tw, map.kvh, tile_lo * BN, keys.lo, keys.hi);
     cp_async_commit();
     for (int tile = tile_lo; tile <= tile_hi; tile++) {
         const int stage = (tile - tile_lo) & 1, key0 = tile * BN;
         if (tile < tile_hi) {
             tw.advance(key0 + BN);
-            load_kv_tile_async<BN, kPrefillThreads>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, tw, map.kvh, key0 + BN,
-                                                    keys.lo, keys.hi);
+            load_kv_tile_async<BN, THREADS>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, tw, map.kvh, key0 + BN, keys.lo,
+                                            keys.hi);
         }
         cp_async_commit();
         cp_async_wait<1>();  // everything but the prefetch just issued has landed
         __syncthreads();
 
         float s[MT][NT][4];
-        warp_scores<T, HD, MT, NT>(s, QFromSmem<HD>(sq.rows_from(warp * 32), lane), k_stage(stage), lane);
+        warp_scores<T, HD, MT, NT>(s, QFromSmem<HD>(sq.rows_from(warp * WM), lane), k_stage(stage), lane);
         const bool partial = key0 + BN - 1 > pos_lo || (p.window > 0 && key0 <= pos_hi - p.window);
         if (partial) mask_scores<MT, NT>(s, row_pos, key0, p.window, lane);
         online_softmax<MT, NT, DT>(s, m, l, o, c);
@@ -546,13 +592,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-            const int r = warp * 32 + mt * 16 + half * 8 + lane / 4;
+            const int r = warp * WM + mt * 16 + half * 8 + lane / 4;
             if (r >= map.rows) continue;
-            T* dst = p.out + (int64_t)map.token(r) * p.nH * HD + map.head(r) * HD + (lane & 3) * 2;
+            T* dst = p.out + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + (lane & 3) * 2;
 #pragma unroll
-            for (int d = 0; d < DT; d++) {
-                *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
-            }
+            for (int d = 0; d < DT; d++)
+                if (d * 8 < p.hd)  // dims past hd (a padded tile) are not stored
+                    *reinterpret_cast<uint32_t*>(dst + d * 8) =
+                        pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
         }
 }
 
@@ -568,11 +615,12 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(c
 //   They always fit: Σ n_b < Σ (T_b·k / ΣT + 1) = S + 1. Slots past Σ n_b return at once.
 //   Each block reads its keys of one KV head once for all the group's query heads (the 16-row
 //   m-tile is the packed group). Inside a block, tiles of 64 keys stream through STAGES
-//   cp.async buffers (3: 100 KB of shared memory at hd 128, 2 blocks per SM; measured best of
-//   2/3/4); warp w takes keys 16w .. 16w+15 of each tile and keeps its own online-softmax state
-//   (m, l, o) over them. At the end the 4 warps' states merge through shared memory and the
-//   block writes, per row, o_s = o/l and lse_s = c·m + log2(l) (the log2-sum-exp of its
-//   scaled scores).
+//   cp.async buffers (3: 100 KB of shared memory at HD 128, 2 blocks per SM; measured best of
+//   2/3/4. At HD 256: 200 KB, one block per SM, as it would be with 2 stages; 3 keep as many
+//   bytes in flight per SM as at HD 128). Warp w takes keys 16w .. 16w+15 of each tile and
+//   keeps its own online-softmax state (m, l, o) over them. At the end the 4 warps' states
+//   merge through shared memory and the block writes, per row, o_s = o/l and
+//   lse_s = c·m + log2(l) (the log2-sum-exp of its scaled scores).
 // Combine: per (token, head) row, over its sequence's splits s, with M = max_s lse_s:
 //   out = Σ_s 2^(lse_s - M) · o_s / Σ_s 2^(lse_s - M),
 // computed in one pass with a running max (the online softmax again, over splits). It is
@@ -628,12 +676,13 @@ __device__ SlotRun plan_slots(const AttnParams<T>& p, int slots, int want_b, int
     return {-1, 0, 0};
 }
 
-// o_part [S][n_q*nH][HD] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
+// o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
 template <typename T, int HD, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int slots,
                                                                           float* o_part, float* lse_part) {
     constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8, WARPS = kDecodeThreads / 32;
     static_assert(STAGES <= 8, "the table ring runs 8 tiles ahead (TableWindow)");
+    static_assert(WARPS * kDecodeRows * (HD + 2) * 4 <= 2 * STAGES * BN * HD * 2, "the merge fits in the K/V stages");
     extern __shared__ __align__(128) uint4 smem[];
     const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows 16 + 2s*BN
     auto k_stage = [&](int s) { return sq.rows_from(kDecodeRows + 2 * s * BN); };
@@ -672,9 +721,11 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
         cp_async_commit();
     }
     const int pos_hi = pos0 + p.n_q - 1;  // the last query's position
-    cp_async_wait<STAGES - 1>();           // Q has landed: its fragments go to registers
+    cp_async_wait<STAGES - 1>();           // Q has landed
     __syncthreads();
-    const QInRegisters<HD> q(sq, lane);
+    // Q's fragments are read once into registers (32 at HD 128); at HD 256 they would take 64
+    // next to o's 128, so they are read from shared memory at each use instead.
+    const std::conditional_t<HD <= 128, QInRegisters<HD>, QFromSmem<HD>> q(sq, lane);
     for (int tile = tile_lo; tile <= tile_hi; tile++) {
         const int stage = (tile - tile_lo) % STAGES, next = tile + STAGES - 1, key0 = tile * BN + warp * WN;
         if (next <= tile_hi) {
@@ -723,6 +774,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     const int rows_slot = p.n_q * p.nH;
     for (int i = threadIdx.x; i < map.rows * HD; i += kDecodeThreads) {
         const int r = i / HD, d = i % HD;
+        if (d >= p.hd) continue;  // a padded tile's dims past hd
         float mx = -INFINITY;
 #pragma unroll
         for (int w = 0; w < WARPS; w++) mx = fmaxf(mx, sm[w * kDecodeRows + r]);
@@ -735,7 +787,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
             osum += wt * so[(w * kDecodeRows + r) * HD + d];
         }
         const int64_t row = (int64_t)slot * rows_slot + r / g * p.nH + map.head(r);
-        o_part[row * HD + d] = lsum > 0.0f ? osum / lsum : 0.0f;
+        o_part[row * p.hd + d] = lsum > 0.0f ? osum / lsum : 0.0f;
         if (d == 0) lse_part[row] = lsum > 0.0f ? mx * c + log2f(lsum) : -INFINITY;
     }
 }
@@ -749,6 +801,7 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
     const int row = blockIdx.x, rows_slot = p.n_q * p.nH;  // row = (b * n_q + t) * nH + head
     const int seq = row / rows_slot, local = row % rows_slot;
     const int col = threadIdx.x % COLS, grp = threadIdx.x / COLS;
+    const bool live = col < p.hd / 4;  // columns past hd (a padded tile) have nothing to merge
     // pos0 is written before the split kernel starts (stream order), so the plan needs no wait.
     const SlotRun run = plan_slots(p, slots, seq, -1);
     grid_dependency_wait();
@@ -758,10 +811,10 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
     float m = -INFINITY, l = 0.0f;
     float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
-    for (int s = grp; s < run.n; s += GROUPS) {
+    for (int s = grp; live && s < run.n; s += GROUPS) {
         const int64_t r = (int64_t)(run.first + s) * rows_slot + local;
         const float x = lse_part[r];
-        const float4 v = reinterpret_cast<const float4*>(o_part + r * HD)[col];
+        const float4 v = reinterpret_cast<const float4*>(o_part + r * p.hd)[col];
         const float m_new = fmaxf(m, x);
         const float a = m == -INFINITY ? 0.0f : exp2f(m - m_new), b = x == -INFINITY ? 0.0f : exp2f(x - m_new);
         acc = {acc.x * a + v.x * b, acc.y * a + v.y * b, acc.z * a + v.z * b, acc.w * a + v.w * b};
@@ -771,7 +824,7 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
     part[grp][col] = acc;
     if (col == 0) part_m[grp] = m, part_l[grp] = l;
     __syncthreads();
-    if (grp != 0) return;
+    if (grp != 0 || !live) return;
     float mx = -INFINITY, lsum = 0.0f;
     for (int j = 0; j < GROUPS; j++) mx = fmaxf(mx, part_m[j]);
     acc = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -782,7 +835,7 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
         lsum += w * part_l[j];
     }
     const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-    T* dst = p.out + (int64_t)row * HD + col * 4;
+    T* dst = p.out + (int64_t)row * p.hd + col * 4;
     dst[0] = from_float<T>(acc.x * inv);
     dst[1] = from_float<T>(acc.y * inv);
     dst[2] = from_float<T>(acc.z * inv);
@@ -792,7 +845,7 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
 // ------------------------------------------------------------------------------------------
 // Warp-per-row kernel (the fp32 path of prefill and decode): one warp walks the visible keys
 // of one (sequence, token, head) row in order with the online softmax, lane i holding dims
-// i, i+32, ...
+// i, i+32, ... below hd (HD / 32 slots per lane, HD the tile width of hd).
 // ------------------------------------------------------------------------------------------
 template <typename T, int HD>
 __global__ void attention_rowwise_kernel(const AttnParams<T> p) {
@@ -800,26 +853,32 @@ __global__ void attention_rowwise_kernel(const AttnParams<T> p) {
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (row >= p.batch * p.n_q * p.nH) return;
     const int b = row / (p.n_q * p.nH), t = row / p.nH % p.n_q, h = row % p.nH, kvh = h / (p.nH / p.nKV);
-    const int pos = p.pos0[b] + t, ld = p.nKV * HD;
+    const int pos = p.pos0[b] + t, ld = p.nKV * p.hd;
     const KeyRange keys = visible_keys(pos, pos, p.window);
     const Pages pg = pages_of(p, b);
+    auto has = [&](int e) { return lane + 32 * e < p.hd; };  // slot e holds a dim of the head
+    const T* qr = p.q + (int64_t)row * p.hd + lane;
     float q[E], o[E] = {}, m = -INFINITY, l = 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; e++) q[e] = to_float(p.q[(int64_t)row * HD + lane + 32 * e]);
+    for (int e = 0; e < E; e++) q[e] = has(e) ? to_float(qr[32 * e]) : 0.0f;
     for (int j = keys.lo; j < keys.hi; j++) {
-        const int64_t at = pg.row(j) * ld + kvh * HD;
+        const int64_t at = pg.row(j) * ld + kvh * p.hd + lane;
         float dot = 0.0f;
 #pragma unroll
-        for (int e = 0; e < E; e++) dot += q[e] * to_float(p.k[at + lane + 32 * e]);
+        for (int e = 0; e < E; e++)
+            if (has(e)) dot += q[e] * to_float(p.k[at + 32 * e]);
         const float s = warp_sum(dot) * p.scale, m_new = fmaxf(m, s);
         const float corr = expf(m - m_new), pj = expf(s - m_new);
         l = l * corr + pj;
 #pragma unroll
-        for (int e = 0; e < E; e++) o[e] = o[e] * corr + pj * to_float(p.v[at + lane + 32 * e]);
+        for (int e = 0; e < E; e++)
+            if (has(e)) o[e] = o[e] * corr + pj * to_float(p.v[at + 32 * e]);
         m = m_new;
     }
+    T* out = p.out + (int64_t)row * p.hd + lane;
 #pragma unroll
-    for (int e = 0; e < E; e++) p.out[(int64_t)row * HD + lane + 32 * e] = from_float<T>(o[e] / l);
+    for (int e = 0; e < E; e++)
+        if (has(e)) out[32 * e] = from_float<T>(o[e] / l);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -896,7 +955,8 @@ void check_params(const AttnParams<T>& p, const char* who, bool any_hd) {
     const std::string w = std::string(who) + ": ";
     auto str = [](int x) { return std::to_string(x); };
     if (p.nKV <= 0 || p.nH % p.nKV != 0) fail(w + "nH (" + str(p.nH) + ") is not a multiple of nKV (" + str(p.nKV) + ")");
-    if (!any_hd && p.hd != 64 && p.hd != 128) fail(w + "head_dim " + str(p.hd) + " is not supported (64 or 128)");
+    if (!any_hd && !attention_supports_head_dim(p.hd))
+        fail(w + "head_dim " + str(p.hd) + " is not supported (" + attention_supported_head_dims() + ")");
     if (p.n_q > p.s_cap) fail(w + str(p.n_q) + " queries do not fit " + str(p.s_cap) + " positions (s_cap)");
     if (p.window < 0) fail(w + "negative window");
     if (p.batch < 1 || p.batch > 32767) fail(w + "batch " + str(p.batch) + " is not in 1 .. 32767");
@@ -907,11 +967,13 @@ void check_params(const AttnParams<T>& p, const char* who, bool any_hd) {
         fail(w + "table_stride " + str(p.table_stride) + " blocks of " + str(p.block_size) + " do not cover s_cap = " + str(p.s_cap));
 }
 
-// Calls f(std::integral_constant<int, hd>) for hd in {64, 128} (checked by check_params).
+// Calls f(std::integral_constant<int, HD>) for the tile width HD of head size hd (checked by
+// check_params): the smallest of 64, 128, 256 that holds it.
 template <typename F>
 void dispatch_hd(int hd, F&& f) {
-    if (hd == 64) f(std::integral_constant<int, 64>{});
-    else f(std::integral_constant<int, 128>{});
+    if (hd <= 64) f(std::integral_constant<int, 64>{});
+    else if (hd <= 128) f(std::integral_constant<int, 128>{});
+    else f(std::integral_constant<int, 256>{});
 }
 
 // Raises a kernel's dynamic shared-memory limit, once per kernel.
@@ -926,18 +988,23 @@ void allow_smem(int bytes) {
 
 template <typename T, int HD, int BN = kPrefillBN>
 void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
+    using Shape = PrefillShape<HD>;
     const int g = p.nH / p.nKV, tokens = kPrefillBM / g;
     if (tokens == 0) fail("attention_prefill: more than 128 query heads per KV head");
     constexpr auto kernel = attention_prefill_kernel<T, HD, BN>;
-    const int smem = (kPrefillBM + 4 * BN) * HD * sizeof(T) + kPrefillThreads / 32 * kTableRingBytes;
+    constexpr int smem = (kPrefillBM + 4 * BN) * HD * 2 + Shape::WARPS * kTableRingBytes;
+    static_assert(smem <= kMaxSmemBytes && (smem + kSmemReservedBytes) * Shape::MIN_BLOCKS <= kSmemPerSmBytes,
+                  "MIN_BLOCKS blocks fit in an SM's shared memory");
     allow_smem<kernel>(smem);
-    kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), kPrefillThreads, smem, stream>>>(p);
+    kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), Shape::THREADS, smem, stream>>>(p);
     cudaCheckLaunch();
 }
 
 template <int HD, int STAGES = kDecodeStages>
 constexpr int decode_smem_bytes() {
-    return (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2 + kDecodeThreads / 32 * kTableRingBytes;
+    constexpr int bytes = (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2 + kDecodeThreads / 32 * kTableRingBytes;
+    static_assert(bytes <= kMaxSmemBytes, "shared memory per block");
+    return bytes;
 }
 
 // The most split slots per KV head a decode of `batch` sequences of up to s_cap positions uses
@@ -985,7 +1052,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, int smem
 template <typename T, int HD, int STAGES = kDecodeStages>
 void launch_decode(const AttnParams<T>& p, void* workspace, int slots, cudaStream_t stream) {
     float* o_part = static_cast<float*>(workspace);
-    float* lse_part = o_part + (size_t)slots * p.n_q * p.nH * HD;
+    float* lse_part = o_part + (size_t)slots * p.n_q * p.nH * p.hd;
     launch_dependent(attention_decode_kernel<T, HD, STAGES>, dim3(p.nKV, slots), dim3(kDecodeThreads),
                      decode_smem_bytes<HD, STAGES>(), stream, p, slots, o_part, lse_part);
     launch_dependent(attention_combine_kernel<T, HD>, dim3(p.batch * p.n_q * p.nH), dim3(256), 0, stream, p, slots,

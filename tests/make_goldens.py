@@ -2,16 +2,18 @@
 """make_goldens.py: golden activations from Hugging Face `transformers`, the reference the
 engine is tested against.
 
-Mode 1 (`python3 tests/make_goldens.py [--out-dir tests/fixtures]`, needs torch and
-transformers; CPU only): builds five tiny seeded OLMo models, saves each with `save_pretrained`
-into tests/fixtures/<name>/ (config.json, generation_config.json, safetensors weights), loads
-it back from disk in float32 and dumps golden.safetensors beside it:
+Mode 1 (`python3 tests/make_goldens.py [--out-dir tests/fixtures] [--only NAME]...`, needs
+torch and transformers; CPU only): builds six tiny seeded OLMo models (or the --only ones),
+saves each with `save_pretrained` into tests/fixtures/<name>/ (config.json,
+generation_config.json, safetensors weights), loads it back from disk in float32 and dumps
+golden.safetensors beside it:
 
     olmo1_clip_tied      OLMo-1, clip_qkv clipping a good share of q/k/v, tied lm_head
     olmo2_mha            OLMo-2, nKV == nH, head_dim 128, weights saved in fp16
     olmo2_gqa            OLMo-2, nH 8, nKV 2, saved in >= 2 shards with an index
     olmo3_swa_yarn       OLMo-3, layers sliding/sliding/sliding/full, window 6, YaRN
     olmo2_headdim_bf16   OLMo-2, head_dim 64 != hidden/heads (16), weights saved in bf16
+    olmo2_hd32           OLMo-2, head_dim 32 (nH 4, nKV 2): a head size the GPU attention pads
 
 Mode 2 (--model DIR --sp-model TOK.model --prompt TEXT --out DIR2 [--greedy-prompt TEXT]...):
 the same tensors for an existing checkpoint, the prompt tokenized with sentencepiece (no
@@ -124,6 +126,12 @@ FIXTURES = {
                     num_attention_heads=4, max_position_embeddings=128, rope_theta=500000.0,
                     rms_norm_eps=1e-6, tie_word_embeddings=False),
         late=dict(num_key_value_heads=2, head_dim=64)),
+    "olmo2_hd32": dict(
+        model_type="olmo2", seed=600,
+        config=dict(vocab_size=336, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                    num_attention_heads=4, max_position_embeddings=128, rope_theta=500000.0,
+                    rms_norm_eps=1e-6, tie_word_embeddings=False),
+        late=dict(num_key_value_heads=2, head_dim=32)),
 }
 
 
@@ -605,12 +613,14 @@ def dir_size(d):
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
 
 
-def main_fixtures(out_dir):
+def main_fixtures(out_dir, only):
     ids = seeded_prompt()
     print(f"transformers {transformers.__version__}, torch {torch.__version__}; prompt {ids.tolist()}")
     os.makedirs(out_dir, exist_ok=True)
     failed = {}
     for name, spec in FIXTURES.items():
+        if only and name not in only:
+            continue
         print(f"== {name}")
         try:
             failed[name] = make_fixture(name, spec, out_dir, ids)
@@ -621,10 +631,11 @@ def main_fixtures(out_dir):
     goldens = sum(os.path.getsize(os.path.join(out_dir, n, "golden.safetensors")) for n in FIXTURES
                   if os.path.exists(os.path.join(out_dir, n, "golden.safetensors")))
     print(f"goldens {goldens / 1e6:.3f} MB; all fixtures {dir_size(out_dir) / 1e6:.3f} MB")
-    with open(os.path.join(out_dir, "VERSIONS.txt"), "w") as f:
-        f.write(f"Made by: python3 tests/make_goldens.py (torch on CPU, float32, eager attention)\n"
-                f"transformers {transformers.__version__}\ntorch {torch.__version__}\n"
-                f"safetensors {safetensors.__version__}\npython {sys.version.split()[0]}\n")
+    if not only:  # VERSIONS.txt is about all of them; each golden's metadata names its own versions
+        with open(os.path.join(out_dir, "VERSIONS.txt"), "w") as f:
+            f.write(f"Made by: python3 tests/make_goldens.py (torch on CPU, float32, eager attention)\n"
+                    f"transformers {transformers.__version__}\ntorch {torch.__version__}\n"
+                    f"safetensors {safetensors.__version__}\npython {sys.version.split()[0]}\n")
     bad = {k: v for k, v in failed.items() if v}
     print("ALL CHECKS PASSED" if not bad else f"FAILED: {json.dumps(bad, indent=1)}")
     return 1 if bad else 0
@@ -665,6 +676,8 @@ def main_checkpoint(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out-dir", default="tests/fixtures", help="mode 1: where the fixtures go")
+    ap.add_argument("--only", action="append", default=[], choices=sorted(FIXTURES),
+                    help="mode 1: make only this fixture (repeatable); the others are left as they are")
     ap.add_argument("--model", help="mode 2: checkpoint directory")
     ap.add_argument("--sp-model", help="mode 2: sentencepiece .model")
     ap.add_argument("--prompt", help="mode 2: prompt text")
@@ -683,7 +696,7 @@ def main():
         if not (args.sp_model and args.prompt and args.out):
             ap.error("--model needs --sp-model, --prompt and --out")
         return main_checkpoint(args)
-    return main_fixtures(args.out_dir)
+    return main_fixtures(args.out_dir, set(args.only))
 
 
 if __name__ == "__main__":

@@ -16,11 +16,16 @@
 // dtype (float, __half, __nv_bfloat16). Cross-checks: decode == prefill run per sequence,
 // naive == flash prefill; a CUDA graph of a batched decode replayed with new positions and
 // new tables.
+// Every other head size the kernels take is represented by 8, 16, 32 (tile width 64), 80, 96
+// (128), 192 and 256 (256): a subset of the cases above at each (prefill: n_q 1, odd n_q, a chunk
+// at pos0 > 0, GQA 2/5/8, windows; decode: single and batched, GQA 1-8, windows, n_q 2), through
+// naive and flash prefill and through decode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -101,6 +106,25 @@ const std::vector<Case> kDecodeCases = {
     {random_pos0(40, 3000, 2), 1, 40, 8, 128, 256, 3000, 16},  // 40 sequences, OLMo-3-like 40/8 heads, window
 };
 
+// Head sizes besides 64 and 128 (which the lists above use), and their representative cases
+// (hd 0 there: check_head_sizes fills it in).
+const int kHeadSizes[] = {8, 16, 32, 80, 96, 192, 256};
+const std::vector<Case> kPrefillCasesAnyHd = {
+    // pos0  n_q nH nKV hd win s_cap bs
+    {{0}, 1, 4, 4, 0, 0, 16, 16},          // one token
+    {{37}, 130, 8, 4, 0, 0, 200, 32},      // GQA 2, chunk appended at pos0 = 37, 3 query blocks
+    {{100}, 150, 16, 2, 0, 50, 300, 16},   // GQA 8, window 50 < n_q
+    {{5}, 61, 10, 2, 0, 33, 70, 8},        // GQA 5, odd n_q, window
+    {{3}, 129, 2, 1, 0, 0, 140, 64},       // GQA 2 with a single KV head
+};
+const std::vector<Case> kDecodeCasesAnyHd = {
+    {{0}, 1, 4, 4, 0, 0, 64, 16},                          // first token, MHA
+    {{2999}, 1, 8, 2, 0, 1000, 4000, 16},                  // GQA 4, 3000 keys, window
+    {{500}, 2, 16, 2, 0, 0, 600, 16},                      // n_q 2 x group 8 = 16 rows
+    {{0, 16, 299, 2048}, 1, 8, 1, 0, 100, 2049, 16},       // batch of mixed lengths, GQA 8, window
+    {{2048, 0, 299, 16}, 1, 8, 4, 0, 0, 2100, 8},          // batch, GQA 2
+    {random_pos0(37, 1500, 1), 1, 10, 2, 0, 0, 1500, 16},  // 37 sequences, GQA 5
+};
 template <typename T> struct Tol;
 template <> struct Tol<float> { static constexpr double rel = 1e-5, abs = 1e-4; static constexpr const char* name = "f32"; };
 template <> struct Tol<__half> { static constexpr double rel = 5e-3, abs = 2e-2; static constexpr const char* name = "f16"; };
@@ -290,36 +314,68 @@ class Attention : public ::testing::Test {};
 using DTypes = ::testing::Types<float, __half, __nv_bfloat16>;
 TYPED_TEST_SUITE(Attention, DTypes);
 
-// Runs `kernel` on each case (fresh inputs, seeds from seed0) and checks it against the CPU.
-template <typename T, typename F>
-void check_cases(const std::vector<Case>& cases, uint32_t seed0, const char* what, F kernel) {
+// A kernel under test, by name.
+template <typename T>
+struct Named {
+    const char* what;
+    void (*run)(const AttnParams<T>&);
+};
+
+// Runs each kernel on each case (fresh inputs, seeds from seed0; one CPU reference per case)
+// and checks it against the CPU.
+template <typename T>
+void check_cases(const std::vector<Case>& cases, uint32_t seed0, std::initializer_list<Named<T>> kernels) {
     uint32_t seed = seed0;
     for (const Case& c : cases) {
         Problem<T> pr(c, seed++);
-        expect_close(pr.run(kernel), pr.reference(), Tol<T>::rel, Tol<T>::abs,
-                     std::string(what) + " " + Tol<T>::name + " " + c.str());
+        const std::vector<float> ref = pr.reference();
+        for (const Named<T>& k : kernels)
+            expect_close(pr.run(k.run), ref, Tol<T>::rel, Tol<T>::abs,
+                         std::string(k.what) + " " + Tol<T>::name + " " + c.str());
     }
 }
 
 TYPED_TEST(Attention, NaiveMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    check_cases<TypeParam>(kPrefillCases, 1, "naive", run_naive<TypeParam>);
-    check_cases<TypeParam>(kDecodeCases, 50, "naive", run_naive<TypeParam>);
+    check_cases<TypeParam>(kPrefillCases, 1, {{"naive", run_naive<TypeParam>}});
+    check_cases<TypeParam>(kDecodeCases, 50, {{"naive", run_naive<TypeParam>}});
 }
 
 TYPED_TEST(Attention, PrefillMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    check_cases<TypeParam>(kPrefillCases, 100, "prefill", run_prefill<TypeParam>);
+    check_cases<TypeParam>(kPrefillCases, 100, {{"prefill", run_prefill<TypeParam>}});
 }
 
 TYPED_TEST(Attention, PrefillOnDecodeCasesMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    check_cases<TypeParam>(kDecodeCases, 200, "prefill", run_prefill<TypeParam>);
+    check_cases<TypeParam>(kDecodeCases, 200, {{"prefill", run_prefill<TypeParam>}});
 }
 
 TYPED_TEST(Attention, DecodeMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    check_cases<TypeParam>(kDecodeCases, 300, "decode", run_decode<TypeParam>);
+    check_cases<TypeParam>(kDecodeCases, 300, {{"decode", run_decode<TypeParam>}});
+}
+
+// check_cases at each head size of kHeadSizes: each runs on the kernels of its tile width with
+// the dims past hd padded.
+template <typename T>
+void check_head_sizes(std::vector<Case> cases, uint32_t seed, std::initializer_list<Named<T>> kernels) {
+    for (int hd : kHeadSizes) {
+        for (Case& c : cases) c.hd = hd;
+        check_cases<T>(cases, seed += 10, kernels);
+    }
+}
+
+TYPED_TEST(Attention, PrefillEveryHeadSizeMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    check_head_sizes<TypeParam>(kPrefillCasesAnyHd, 600,
+                                {{"naive", run_naive<TypeParam>}, {"prefill", run_prefill<TypeParam>}});
+}
+
+TYPED_TEST(Attention, DecodeEveryHeadSizeMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    check_head_sizes<TypeParam>(kDecodeCasesAnyHd, 700,
+                                {{"decode", run_decode<TypeParam>}, {"prefill", run_prefill<TypeParam>}});
 }
 
 // Same inputs through two GPU paths: batched decode == prefill per sequence, naive == flash prefill.
@@ -383,6 +439,12 @@ TEST(AttentionGraph, BatchedDecodeReplaysWithNewPositionsAndTables) {
     }
 }
 
+TEST(AttentionArgs, SupportedHeadSizes) {
+    for (int hd = -8; hd <= 520; hd++)
+        EXPECT_EQ(attention_supports_head_dim(hd), hd >= 8 && hd <= 256 && hd % 8 == 0) << hd;
+    EXPECT_EQ(attention_supported_head_dims(), "multiples of 8 up to 256");
+}
+
 TEST(AttentionArgs, RejectsBadShapes) {
     SKIP_WITHOUT_GPU();
     Problem<__nv_bfloat16> pr({{0, 4}, 4, 8, 8, 128, 0, 16, 8}, 7);
@@ -396,7 +458,19 @@ TEST(AttentionArgs, RejectsBadShapes) {
     one.batch = 1;
     EXPECT_NO_THROW(attention_prefill(one, 0));
     EXPECT_THROW(attention_prefill(pr.params(), 0), Error);  // prefill takes one sequence
-    EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.hd = 96; }), 0), Error);
+    for (int hd : {0, 4, 12, 18, 264, 512}) {  // the message names the sizes that work
+        P p = pr.params();
+        p.batch = 1, p.hd = hd;
+        for (int decode = 0; decode < 2; decode++) {
+            try {
+                if (decode) attention_decode(p, nullptr, 0);
+                else attention_prefill(p, 0);
+                ADD_FAILURE() << "head_dim " << hd << " accepted";
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find(attention_supported_head_dims()), std::string::npos) << e.what();
+            }
+        }
+    }
     EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.nKV = 3; }), 0), Error);
     EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.block_size = 24; }), 0), Error);
     EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.block_size = 4; }), 0), Error);
