@@ -40,11 +40,6 @@ template <> constexpr cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
 template <> constexpr cudaDataType_t cuda_type<__half>() { return CUDA_R_16F; }
 template <> constexpr cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
 
-template <typename T> constexpr DeviceDType device_dtype();
-template <> constexpr DeviceDType device_dtype<float>() { return DeviceDType::F32; }
-template <> constexpr DeviceDType device_dtype<__half>() { return DeviceDType::F16; }
-template <> constexpr DeviceDType device_dtype<__nv_bfloat16>() { return DeviceDType::BF16; }
-
 // Fills n elements with a deterministic hash of (seed, i), uniform in [-scale, scale].
 template <typename T>
 __global__ void fill_random_kernel(T* p, size_t n, uint64_t seed, float scale) {

@@ -7,6 +7,9 @@
 // converted there by the `convert` kernel (the same rounding as from_float<T>(to_f32(x)) on the
 // host). gpu_loader.cu explains the design.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstddef>
 #include <vector>
 
@@ -14,6 +17,12 @@
 #include "weights.h"
 
 namespace olmo {
+
+// The DeviceDType of a storage type T.
+template <typename T> constexpr DeviceDType device_dtype();
+template <> constexpr DeviceDType device_dtype<float>() { return DeviceDType::F32; }
+template <> constexpr DeviceDType device_dtype<__half>() { return DeviceDType::F16; }
+template <> constexpr DeviceDType device_dtype<__nv_bfloat16>() { return DeviceDType::BF16; }
 
 struct GpuLoadOptions {
     int threads = 0;                      // worker threads; 0 = min(8, cores)

@@ -32,11 +32,6 @@ bool gpu_present() {
 #define SKIP_WITHOUT_GPU() \
     if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU found: GPU loader test skipped"
 
-template <typename T> DeviceDType device_dtype();
-template <> DeviceDType device_dtype<float>() { return DeviceDType::F32; }
-template <> DeviceDType device_dtype<__half>() { return DeviceDType::F16; }
-template <> DeviceDType device_dtype<__nv_bfloat16>() { return DeviceDType::BF16; }
-
 // An OLMo-2 shape with odd sizes: embed [97, 40] is 3880 elements, several 4 KiB chunks.
 json odd_config() {
     json j = tiny_olmo2_config();
