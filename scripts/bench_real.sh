@@ -33,7 +33,7 @@ ours() {  # label, then ./generate arguments
   ./generate "$@" --stats >"$OUT/$label.out" 2>"$OUT/$label.err"; local rc=$?
   local wall=$(echo "$(now) - $t0" | bc)
   local load=$(sed -n 's/^load *\([0-9.]*\) s.*/\1/p' "$OUT/$label.err")
-  local gbs=$(sed -n 's/.*load.* \([0-9.]*\) GB\/s.*/\1/p' "$OUT/$label.err" | head -1)
+  local gbs=$(sed -n 's/.*GB of weights, \([0-9.]*\) GB\/s.*/\1/p' "$OUT/$label.err")
   local ttft=$(sed -n 's/^time to 1st tok *\([0-9.]*\) ms/\1/p' "$OUT/$label.err")
   local dec=$(sed -n 's/^decode *\([0-9.]*\) tokens.*/\1/p' "$OUT/$label.err")
   printf "| %-24s | %6.2f s | %6s s | %6s | %8s ms | %7s | rc %d |\n" "$label" "$wall" "$load" "${gbs:--}" "$ttft" "${dec:--}" $rc \

@@ -198,28 +198,4 @@ ModelConfig load_config(const std::string& dir) {
     return c;
 }
 
-std::vector<ParamSpec> param_specs(const ModelConfig& c) {
-    const int64_t H = c.hidden, I = c.intermediate, Q = c.q_dim(), KV = c.kv_dim();
-    std::vector<ParamSpec> p = {{"model.embed_tokens.weight", {c.vocab, H}}};
-    const bool olmo2 = c.family != Family::Olmo1;
-    for (int i = 0; i < c.n_layers; i++) {
-        const std::string l = "model.layers." + std::to_string(i) + ".";
-        p.push_back({l + "self_attn.q_proj.weight", {Q, H}});
-        p.push_back({l + "self_attn.k_proj.weight", {KV, H}});
-        p.push_back({l + "self_attn.v_proj.weight", {KV, H}});
-        p.push_back({l + "self_attn.o_proj.weight", {H, Q}});
-        if (olmo2) {
-            p.push_back({l + "self_attn.q_norm.weight", {Q}});
-            p.push_back({l + "self_attn.k_norm.weight", {KV}});
-            p.push_back({l + "post_attention_layernorm.weight", {H}});
-            p.push_back({l + "post_feedforward_layernorm.weight", {H}});
-        }
-        p.push_back({l + "mlp.gate_proj.weight", {I, H}});
-        p.push_back({l + "mlp.up_proj.weight", {I, H}});
-        p.push_back({l + "mlp.down_proj.weight", {H, I}});
-    }
-    if (olmo2) p.push_back({"model.norm.weight", {H}});
-    return p;
-}
-
 }  // namespace olmo

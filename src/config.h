@@ -47,13 +47,4 @@ ModelConfig load_config(const std::string& dir);
 // Parses config.json text; `where` names the file in errors.
 ModelConfig parse_config(const std::string& json_text, const std::string& where);
 
-// A parameter the checkpoint must hold: its name and shape.
-struct ParamSpec {
-    std::string name;
-    std::vector<int64_t> shape;
-};
-// Names and shapes of every tensor the forward pass reads, layer by layer (lm_head last,
-// omitted when tied).
-std::vector<ParamSpec> param_specs(const ModelConfig& c);
-
 }  // namespace olmo

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "common.h"
 #include "cpu_ops.h"
@@ -27,13 +28,27 @@ namespace olmo {
 
 namespace {
 
+// An allocator whose resize() leaves floats uninitialized: the loader writes every weight,
+// in parallel, so zero-filling them first would be a wasted pass on one core.
+template <typename U> struct NoInit {
+    using value_type = U;
+    NoInit() = default;
+    template <typename V> NoInit(const NoInit<V>&) {}
+    U* allocate(size_t n) { return std::allocator<U>().allocate(n); }
+    void deallocate(U* p, size_t n) { std::allocator<U>().deallocate(p, n); }
+    template <typename V> void construct(V* p) { ::new ((void*)p) V; }   // default-init: no zeroing
+    bool operator==(const NoInit&) const { return true; }
+    bool operator!=(const NoInit&) const { return false; }
+};
+using Weights = std::vector<float, NoInit<float>>;
+
 struct CpuLayer {
-    std::vector<float> wqkv;             // [(nH+2nKV)*hd, H]  q | k | v rows stacked
-    std::vector<float> wo;               // [H, nH*hd]
-    std::vector<float> q_norm, k_norm;   // [nH*hd], [nKV*hd]          (OLMo-2/3)
-    std::vector<float> post_attn_norm, post_ff_norm;  // [H]          (OLMo-2/3)
-    std::vector<float> wgu;              // [2I, H]  gate | up rows stacked
-    std::vector<float> wdown;            // [H, I]
+    Weights wqkv;                        // [(nH+2nKV)*hd, H]  q | k | v rows stacked
+    Weights wo;                          // [H, nH*hd]
+    Weights q_norm, k_norm;              // [nH*hd], [nKV*hd]          (OLMo-2/3)
+    Weights post_attn_norm, post_ff_norm;  // [H]                      (OLMo-2/3)
+    Weights wgu;                         // [2I, H]  gate | up rows stacked
+    Weights wdown;                       // [H, I]
     std::vector<float> k_pool, v_pool;   // [blocks * block_size, nKV*hd]  paged KV cache
     int kind = 0;                        // KvCache::kFull or kSliding
     std::vector<float> inv_freq;         // [hd/2]
@@ -41,46 +56,27 @@ struct CpuLayer {
     int window = 0;
 };
 
-// Concatenates checkpoint tensors along rows (the fused q|k|v and gate|up weights).
-std::vector<float> stack(const Checkpoint& ck, const std::vector<ParamSpec>& parts) {
-    std::vector<float> out;
-    for (const auto& p : parts) {
-        std::vector<float> t = to_f32(ck.get(p.name, p.shape));
-        out.insert(out.end(), t.begin(), t.end());
-    }
-    return out;
-}
-
 class CpuEngine : public Engine {
 public:
-    CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks) : c_(c) {
+    CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks, LoadProgress* progress)
+        : c_(c) {
         init_kv(c, max_seq, kv_blocks);
-        const int64_t H = c.hidden, I = c.intermediate, Q = c.q_dim(), KV = c.kv_dim();
-        embed_ = to_f32(ck.get("model.embed_tokens.weight", {c.vocab, H}));
-        if (ck.has("lm_head.weight")) lm_head_ = to_f32(ck.get("lm_head.weight", {c.vocab, H}));
-        else if (!c.tie_embeddings) fail(ck.dir() + ": missing tensor \"lm_head.weight\" (and tie_word_embeddings is false)");
-        const bool olmo2 = c.family != Family::Olmo1;
-        if (olmo2) final_norm_ = to_f32(ck.get("model.norm.weight", {H}));
         layers_.resize(c.n_layers);
+        // The weights: each engine tensor the table names is sized once, then filled in place.
+        const std::vector<WeightSlot> table = weight_table(c, &ck);
+        std::vector<float*> dst;
+        for (const WeightSlot& s : table) {
+            Weights& w = tensor(s.param, s.layer);
+            if (w.empty()) w.resize(param_shape(c, s.param).numel());
+            dst.push_back(w.data() + s.offset());
+        }
+        load_f32(ck, table, dst, progress);
         for (int i = 0; i < c.n_layers; i++) {
-            const std::string p = "model.layers." + std::to_string(i) + ".";
             CpuLayer& L = layers_[i];
-            L.wqkv = stack(ck, {{p + "self_attn.q_proj.weight", {Q, H}},
-                                {p + "self_attn.k_proj.weight", {KV, H}},
-                                {p + "self_attn.v_proj.weight", {KV, H}}});
-            L.wo = to_f32(ck.get(p + "self_attn.o_proj.weight", {H, Q}));
-            if (olmo2) {
-                L.q_norm = to_f32(ck.get(p + "self_attn.q_norm.weight", {Q}));
-                L.k_norm = to_f32(ck.get(p + "self_attn.k_norm.weight", {KV}));
-                L.post_attn_norm = to_f32(ck.get(p + "post_attention_layernorm.weight", {H}));
-                L.post_ff_norm = to_f32(ck.get(p + "post_feedforward_layernorm.weight", {H}));
-            }
-            L.wgu = stack(ck, {{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}});
-            L.wdown = to_f32(ck.get(p + "mlp.down_proj.weight", {H, I}));
             L.kind = c.layer_sliding[i] ? KvCache::kSliding : KvCache::kFull;
             const size_t rows = (size_t)kv_->total_blocks(L.kind) * kv_->block_size();
-            L.k_pool.assign(rows * KV, 0.0f);
-            L.v_pool.assign(rows * KV, 0.0f);
+            L.k_pool.assign(rows * c.kv_dim(), 0.0f);
+            L.v_pool.assign(rows * c.kv_dim(), 0.0f);
             L.inv_freq = c.rope(i).inv_freq(c.head_dim);
             L.rope_scale = c.rope(i).attention_factor;
             L.window = c.window(i);
@@ -130,6 +126,25 @@ protected:
     }
 
 private:
+    // The engine tensor p (of `layer`, for per-layer tensors).
+    Weights& tensor(Param p, int layer) {
+        CpuLayer* L = layer >= 0 ? &layers_[layer] : nullptr;
+        switch (p) {
+            case Param::Embed: return embed_;
+            case Param::LmHead: return lm_head_;
+            case Param::FinalNorm: return final_norm_;
+            case Param::Wqkv: return L->wqkv;
+            case Param::Wo: return L->wo;
+            case Param::QNorm: return L->q_norm;
+            case Param::KNorm: return L->k_norm;
+            case Param::AttnNorm: return L->post_attn_norm;
+            case Param::FfNorm: return L->post_ff_norm;
+            case Param::Wgu: return L->wgu;
+            case Param::Wdown: return L->wdown;
+        }
+        fail("unknown engine tensor");
+    }
+
     // The forward pass of `ids` appended to `seq` (its cache rows are reserved); returns the
     // last position's logits [V].
     std::vector<float> run(int seq, const std::vector<int>& ids) {
@@ -230,14 +245,15 @@ private:
     }
 
     ModelConfig c_;
-    std::vector<float> embed_, lm_head_, final_norm_;
+    Weights embed_, lm_head_, final_norm_;   // lm_head_ empty: the embedding is the output layer
     std::vector<CpuLayer> layers_;
 };
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks) {
-    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks);
+std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks,
+                                        LoadProgress* progress) {
+    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks, progress);
 }
 
 }  // namespace olmo

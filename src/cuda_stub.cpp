@@ -5,7 +5,7 @@
 
 namespace olmo {
 bool cuda_available() { return false; }
-std::unique_ptr<Engine> make_cuda_engine(const ModelConfig&, const Checkpoint*, int, DeviceDType, int, int) {
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig&, const Checkpoint*, int, DeviceDType, int, int, LoadProgress*) {
     fail("this build has no CUDA support (nvcc was not found when it was built); use --device cpu");
 }
 }  // namespace olmo

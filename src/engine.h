@@ -11,6 +11,7 @@
 #include "config.h"
 #include "kv_cache.h"
 #include "safetensors.h"
+#include "weights.h"
 
 namespace olmo {
 
@@ -114,14 +115,16 @@ private:
     void reserve(int seq, size_t n);
 };
 
-std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks = 0);
+// progress (may be null) counts the checkpoint bytes as they load (weights.h).
+std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks = 0,
+                                        LoadProgress* progress = nullptr);
 
 enum class DeviceDType { BF16, F16, F32 };
 bool cuda_available();   // false when built without CUDA or no GPU is present
 // ckpt == nullptr: random weights (benchmarks at real sizes without a checkpoint).
 // max_batch: the most sequences one decode step may carry.
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt,
-                                         int kv_blocks = 0, int max_batch = 64);
+                                         int kv_blocks = 0, int max_batch = 64, LoadProgress* progress = nullptr);
 
 // CPU sampler (the GPU has its own kernel with the same rules): temperature, then top-k, then
 // top-p, then a draw from a counter-based RNG of (seed, step). temperature 0 = argmax.

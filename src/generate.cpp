@@ -55,7 +55,7 @@ struct Options {
     int max_new_tokens = 128, top_k = 0, max_seq_len = 0, prompt_len = 0, beams = 1, batch = 1;
     float temperature = 0.8f, top_p = 0.95f, length_penalty = 1.0f, kv_pool_gb = 0.0f;
     uint64_t seed = 0;
-    bool stats = false, output_ids = false;
+    bool stats = false, output_ids = false, quiet = false;
 };
 
 // The prompts as token ids: --prompt-ids, --prompt-len (benchmarks), each --prompt, the lines
@@ -110,10 +110,22 @@ WarmUp warm_up_for(const Options& o, const std::vector<std::vector<int>>& prompt
     return w;
 }
 
+// The load's progress line on stderr, rewritten in place, once a load has run for a second;
+// nothing at all when `show` is false (--quiet, or stderr is not a terminal).
+LoadProgress::Report progress_line(bool show) {
+    if (!show) return {};
+    return [](size_t done, size_t total, double s, bool last) {
+        if (s < 1.0) return;
+        std::fprintf(stderr, "\rloading weights: %.2f / %.2f GB, %.1f GB/s   %s", done / 1e9, total / 1e9,
+                     done / 1e9 / s, last ? "\n" : "");
+    };
+}
+
 // --stats: where the time and the memory went, on stderr.
 struct Timing {
     double load_s, warm_s, ttft, t_decode, total;   // t_decode: when decoding alone began (-1: at ttft)
     size_t generated;                        // tokens generated, summed over sequences
+    const LoadProgress& load;                // bytes of checkpoint tensors read, and the copy's time
 };
 void print_stats(const Options& o, bool use_cuda, const std::vector<std::vector<int>>& prompts, const Engine& eng,
                  const Timing& tm) {
@@ -122,7 +134,11 @@ void print_stats(const Options& o, bool use_cuda, const std::vector<std::vector<
     const MemoryUse m = eng.memory();
     std::fprintf(stderr, "\n--- stats (%s%s, %zu sequence%s) ---\n", use_cuda ? "cuda " : "cpu fp32",
                  use_cuda ? o.dtype.c_str() : "", prompts.size() * o.beams, prompts.size() * o.beams > 1 ? "s" : "");
-    std::fprintf(stderr, "load             %.3f s (of which warm-up %.1f ms)\n", tm.load_s, tm.warm_s * 1e3);
+    std::fprintf(stderr, "load             %.3f s", tm.load_s);
+    if (tm.load.done() > 0)
+        std::fprintf(stderr, ": %.2f GB of weights, %.1f GB/s (the copy alone %.3f s, %.1f GB/s)", tm.load.done() / 1e9,
+                     tm.load.done() / 1e9 / tm.load_s, tm.load.seconds(), tm.load.done() / 1e9 / tm.load.seconds());
+    std::fprintf(stderr, "; warm-up %.1f ms\n", tm.warm_s * 1e3);
     std::fprintf(stderr, "prompt tokens    %zu\n", prompt_tokens);
     std::fprintf(stderr, "time to 1st tok  %.2f ms\n", tm.ttft * 1e3);
     std::fprintf(stderr, "prefill          %.1f tokens/s\n", prompts[0].size() / tm.ttft);
@@ -182,6 +198,8 @@ bool parse_flags(int argc, char** argv, Options& o) {
         ->check(CLI::Range(1, 1 << 30));
     app.add_flag("--stats", o.stats, "print time to first token, prefill and decode tokens/s and peak memory to stderr");
     app.add_flag("--output-ids", o.output_ids, "print the generated token ids comma-separated on one line instead of text");
+    app.add_flag("-q,--quiet", o.quiet, "no progress line while the weights load (it shows only on a terminal, "
+                 "for loads that take over a second)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -254,13 +272,14 @@ int run(int argc, char** argv) {
     kv_blocks = std::max(kv_blocks, 1);
     const int max_batch = std::max<int>(prompts.size(), o.beams);
     auto t_load = Clock::now();
+    LoadProgress progress(progress_line(!o.quiet && isatty(2)));
     std::unique_ptr<Engine> eng;
     if (use_cuda) {
         DeviceDType dt = o.dtype == "fp32" ? DeviceDType::F32 : o.dtype == "fp16" ? DeviceDType::F16 : DeviceDType::BF16;
-        eng = make_cuda_engine(cfg, ckpt.get(), max_seq, dt, kv_blocks, max_batch);
+        eng = make_cuda_engine(cfg, ckpt.get(), max_seq, dt, kv_blocks, max_batch, &progress);
     } else {
         if (bench) fail("--random-weights needs the CUDA engine (--device cuda)");
-        eng = make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks);
+        eng = make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks, &progress);
     }
     SamplingParams sp{o.temperature, o.top_k, o.top_p, o.seed};
     auto t_warm = Clock::now();
@@ -324,7 +343,7 @@ int run(int argc, char** argv) {
     }
     const double total = seconds_since(t0);
 
-    if (o.stats) print_stats(o, use_cuda, prompts, *eng, {load_s, warm_s, ttft, t_decode, total, generated});
+    if (o.stats) print_stats(o, use_cuda, prompts, *eng, {load_s, warm_s, ttft, t_decode, total, generated, progress});
     return 0;
 }
 

@@ -7,7 +7,8 @@
 //   are fp32; the residual stream x stays in fp32 (norm.cuh says why).
 //
 // Memory: the weights live in one allocation carved into tensors (q|k|v and gate|up fused so
-// each is one GEMM); activations for one prefill chunk in a second; the paged KV pools
+// each is one GEMM), filled from the checkpoint by gpu_loader.cu through the weight table
+// (weights.h); activations for one prefill chunk in a second; the paged KV pools
 // (kv_cache.h) in a third. Nothing is allocated after construction, so a decode step over B
 // sequences is captured once as a CUDA graph and replayed: its inputs (token ids, positions,
 // block tables) live in device memory, refreshed by one copy before each replay.
@@ -23,6 +24,7 @@
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
 #include "engine.h"
+#include "gpu_loader.h"
 #include "norm.cuh"
 #include "rope.cuh"
 #include "sampling.cuh"
@@ -99,8 +101,9 @@ struct StepMeta {
 template <typename T>
 class CudaEngine : public Engine {
 public:
-    CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch)
-        : c_(c), max_batch_(max_batch) {
+    CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch,
+               LoadProgress* progress)
+        : c_(c), max_batch_(max_batch), table_(weight_table(c, ck)) {
         init_kv(c, max_seq, kv_blocks);
         chunk_ = std::min(max_seq_, kMaxChunk);
         stride_ = (max_seq_ + kv_->block_size() - 1) / kv_->block_size() + 1;
@@ -116,7 +119,7 @@ public:
         kv_arena_.allocate();
         carve();                 // hand out pointers
         cublasCheck(cublasSetWorkspace(cublas_, cublas_ws_, kCublasWorkspace));
-        if (ck) upload(*ck);
+        if (ck) upload(*ck, progress);
         else randomize();
         cudaCheck(cudaMallocHost(&host_meta_, sizeof(int) * meta_ints_));
         cudaCheck(cudaMallocHost(&host_ids_, sizeof(int) * max_batch_));
@@ -196,18 +199,19 @@ private:
         const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim(), V = c_.vocab;
         const size_t C = chunk_, hd2 = c_.head_dim / 2;
         Arena& w = weights_;
-        embed_ = w.take<T>(V * H);
-        lm_head_ = c_.tie_embeddings ? embed_ : w.take<T>(V * H);
-        final_norm_ = w.take<T>(H);
+        auto take = [&](Param p) { return w.take<T>(param_shape(c_, p).numel()); };
+        embed_ = take(Param::Embed);
+        lm_head_ = has_lm_head(table_) ? take(Param::LmHead) : embed_;   // the tie rule: weights.h
+        final_norm_ = take(Param::FinalNorm);
         for (auto& L : layers_) {
-            L.wqkv = w.take<T>((Q + 2 * KV) * H);
-            L.wo = w.take<T>(H * Q);
-            L.q_norm = w.take<T>(Q);
-            L.k_norm = w.take<T>(KV);
-            L.attn_norm = w.take<T>(H);
-            L.ff_norm = w.take<T>(H);
-            L.wgu = w.take<T>(2 * I * H);
-            L.wdown = w.take<T>(H * I);
+            L.wqkv = take(Param::Wqkv);
+            L.wo = take(Param::Wo);
+            L.q_norm = take(Param::QNorm);
+            L.k_norm = take(Param::KNorm);
+            L.attn_norm = take(Param::AttnNorm);
+            L.ff_norm = take(Param::FfNorm);
+            L.wgu = take(Param::Wgu);
+            L.wdown = take(Param::Wdown);
         }
         for (int l = 0; l < c_.n_layers; l++) {
             GpuLayer<T>& L = layers_[l];
@@ -233,38 +237,30 @@ private:
         cublas_ws_ = b.take<char>(kCublasWorkspace);
     }
 
-    // Host tensor -> T on the device at `dst` (n elements), converting through fp32.
-    void put(T* dst, const TensorView& t) {
-        std::vector<float> f = to_f32(t);
-        std::vector<T> h(f.size());
-        for (size_t i = 0; i < f.size(); i++) h[i] = from_float<T>(f[i]);
-        cudaCheck(cudaMemcpy(dst, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // The engine tensor a weight slot lands in, at the slot's row.
+    T* slot_ptr(const WeightSlot& s) {
+        GpuLayer<T>* L = s.layer >= 0 ? &layers_[s.layer] : nullptr;
+        T* base = nullptr;
+        switch (s.param) {
+            case Param::Embed: base = embed_; break;
+            case Param::LmHead: base = lm_head_; break;
+            case Param::FinalNorm: base = final_norm_; break;
+            case Param::Wqkv: base = L->wqkv; break;
+            case Param::Wo: base = L->wo; break;
+            case Param::QNorm: base = L->q_norm; break;
+            case Param::KNorm: base = L->k_norm; break;
+            case Param::AttnNorm: base = L->attn_norm; break;
+            case Param::FfNorm: base = L->ff_norm; break;
+            case Param::Wgu: base = L->wgu; break;
+            case Param::Wdown: base = L->wdown; break;
+        }
+        return base + s.offset();
     }
 
-    void upload(const Checkpoint& ck) {
-        const int64_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim();
-        const bool olmo2 = c_.family != Family::Olmo1;
-        put(embed_, ck.get("model.embed_tokens.weight", {c_.vocab, H}));
-        if (ck.has("lm_head.weight") && !c_.tie_embeddings) put(lm_head_, ck.get("lm_head.weight", {c_.vocab, H}));
-        else if (!c_.tie_embeddings) fail(ck.dir() + ": missing tensor \"lm_head.weight\" (and tie_word_embeddings is false)");
-        if (olmo2) put(final_norm_, ck.get("model.norm.weight", {H}));
-        for (int i = 0; i < c_.n_layers; i++) {
-            const std::string p = "model.layers." + std::to_string(i) + ".";
-            GpuLayer<T>& L = layers_[i];
-            put(L.wqkv, ck.get(p + "self_attn.q_proj.weight", {Q, H}));
-            put(L.wqkv + Q * H, ck.get(p + "self_attn.k_proj.weight", {KV, H}));
-            put(L.wqkv + (Q + KV) * H, ck.get(p + "self_attn.v_proj.weight", {KV, H}));
-            put(L.wo, ck.get(p + "self_attn.o_proj.weight", {H, Q}));
-            if (olmo2) {
-                put(L.q_norm, ck.get(p + "self_attn.q_norm.weight", {Q}));
-                put(L.k_norm, ck.get(p + "self_attn.k_norm.weight", {KV}));
-                put(L.attn_norm, ck.get(p + "post_attention_layernorm.weight", {H}));
-                put(L.ff_norm, ck.get(p + "post_feedforward_layernorm.weight", {H}));
-            }
-            put(L.wgu, ck.get(p + "mlp.gate_proj.weight", {I, H}));
-            put(L.wgu + I * H, ck.get(p + "mlp.up_proj.weight", {I, H}));
-            put(L.wdown, ck.get(p + "mlp.down_proj.weight", {H, I}));
-        }
+    void upload(const Checkpoint& ck, LoadProgress* progress) {
+        std::vector<void*> dst;
+        for (const WeightSlot& s : table_) dst.push_back(slot_ptr(s));
+        load_to_device(ck, table_, dst, device_dtype<T>(), progress);
         upload_rope();
     }
 
@@ -506,6 +502,7 @@ private:
 
     ModelConfig c_;
     int max_batch_, chunk_ = 0, stride_ = 0;
+    std::vector<WeightSlot> table_;   // the checkpoint tensors and where they land (weights.h)
     size_t meta_ints_ = 0;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
@@ -532,14 +529,14 @@ bool cuda_available() {
 }
 
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt,
-                                         int kv_blocks, int max_batch) {
+                                         int kv_blocks, int max_batch, LoadProgress* progress) {
     if (!cuda_available()) fail("no CUDA device available");
     switch (dt) {
-        case DeviceDType::F32: return std::make_unique<CudaEngine<float>>(c, ck, max_seq, kv_blocks, max_batch);
-        case DeviceDType::F16: return std::make_unique<CudaEngine<__half>>(c, ck, max_seq, kv_blocks, max_batch);
+        case DeviceDType::F32: return std::make_unique<CudaEngine<float>>(c, ck, max_seq, kv_blocks, max_batch, progress);
+        case DeviceDType::F16: return std::make_unique<CudaEngine<__half>>(c, ck, max_seq, kv_blocks, max_batch, progress);
         case DeviceDType::BF16: break;
     }
-    return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch);
+    return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, progress);
 }
 
 }  // namespace olmo

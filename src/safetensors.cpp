@@ -117,6 +117,7 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
             fail(where + ": data_offsets span " + std::to_string(e - b) + " bytes but " + dtype_name(t.dtype) +
                  " x " + t.shape_str() + " needs " + std::to_string(t.numel() * dtype_size(t.dtype)));
         t.data = data + b;
+        t.offset = 8 + n + b;
         ranges.push_back({b, e});
         tensors_.emplace(name, std::move(t));
     }
@@ -212,14 +213,18 @@ float f16_to_f32(uint16_t h) {
 
 std::vector<float> to_f32(const TensorView& t) {
     std::vector<float> out(t.numel());
-    const auto* p16 = static_cast<const uint16_t*>(t.data);
+    to_f32(t, 0, t.numel(), out.data());
+    return out;
+}
+
+void to_f32(const TensorView& t, int64_t begin, int64_t n, float* out) {
+    const auto* p16 = static_cast<const uint16_t*>(t.data) + begin;
     switch (t.dtype) {
-        case DType::F32: std::memcpy(out.data(), t.data, out.size() * 4); break;
-        case DType::BF16: for (size_t i = 0; i < out.size(); i++) out[i] = bf16_to_f32(p16[i]); break;
-        case DType::F16: for (size_t i = 0; i < out.size(); i++) out[i] = f16_to_f32(p16[i]); break;
+        case DType::F32: std::memcpy(out, static_cast<const float*>(t.data) + begin, n * sizeof(float)); break;
+        case DType::BF16: for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(p16[i]); break;
+        case DType::F16: for (int64_t i = 0; i < n; i++) out[i] = f16_to_f32(p16[i]); break;
         default: fail(t.file + ": tensor \"" + t.name + "\" is " + dtype_name(t.dtype) + ", not a float type");
     }
-    return out;
 }
 
 std::vector<int> to_i32(const TensorView& t) {

@@ -5,8 +5,9 @@
 // offsets are relative to the end of the header. We mmap the file, validate every entry
 // (known dtype, offsets inside the file, end-begin == numel*dtype size, no overlaps) and hand
 // out TensorViews that point straight into the mapping. Nothing is copied until a caller
-// converts a view to the dtype it wants.
+// converts a view to the dtype it wants, or (the GPU loader) preads its bytes at `offset`.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,7 +24,9 @@ struct TensorView {
     DType dtype;
     std::vector<int64_t> shape;
     const void* data = nullptr;    // points into the mmapped file
+    uint64_t offset = 0;           // where data starts in the file, in bytes (for pread)
     int64_t numel() const;
+    size_t nbytes() const { return numel() * dtype_size(dtype); }
     std::string shape_str() const; // "[4, 64]"
 };
 
@@ -62,6 +65,8 @@ private:
 
 // Converts any floating tensor to fp32 (BF16/F16 widened exactly).
 std::vector<float> to_f32(const TensorView& t);
+// The same for elements [begin, begin + n) of t, written to out[0, n).
+void to_f32(const TensorView& t, int64_t begin, int64_t n, float* out);
 std::vector<int> to_i32(const TensorView& t);   // I32/I64 (golden files store ids this way)
 float bf16_to_f32(uint16_t h);
 float f16_to_f32(uint16_t h);

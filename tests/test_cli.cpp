@@ -36,7 +36,7 @@ TEST_F(Cli, HelpExplainsEveryFlag) {
     EXPECT_EQ(r.code, 0);
     for (const char* flag : {"--model", "--tokenizer", "--prompt", "--prompt-file", "--prompt-ids", "--max-new-tokens",
                              "--temperature", "--top-k", "--top-p", "--seed", "--device", "--dtype", "--max-seq-len",
-                             "--stats", "--output-ids", "--random-weights", "--prompt-len"})
+                             "--stats", "--output-ids", "--random-weights", "--prompt-len", "--quiet"})
         EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
@@ -94,7 +94,9 @@ TEST_F(Cli, StatsAndContextCap) {
     RunResult r = run_cmd("./generate" + model_ + "--prompt-ids 3,1,4 --output-ids -n 50 --max-seq-len 10 --stats --temperature 0");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(parse_ids(r.out).size(), 7u);   // capped by the context
-    for (const char* s : {"capped", "time to 1st tok", "prefill", "decode", "memory"}) EXPECT_NE(r.err.find(s), std::string::npos) << s;
+    for (const char* s : {"capped", "time to 1st tok", "prefill", "decode", "memory", "GB of weights"})
+        EXPECT_NE(r.err.find(s), std::string::npos) << s;
+    EXPECT_EQ(r.err.find("loading weights"), std::string::npos) << "a progress line, but stderr is not a terminal";
 }
 
 // Issue 2's acceptance check: greedy ids from the command line equal transformers' on every fixture.

@@ -1,5 +1,6 @@
-// test_util.h: small helpers shared by the CPU tests: temp folders, writing safetensors files,
-// expecting an olmo::Error with given words, a random tiny checkpoint, running ./generate.
+// test_util.h: small helpers shared by the tests: temp folders, writing safetensors files
+// (single or sharded, any float dtype), random tensor bytes, expecting an olmo::Error with given
+// words, a random tiny checkpoint, running ./generate.
 #pragma once
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "weights.h"
 
 namespace olmo::test {
 
@@ -47,26 +49,76 @@ void expect_error(F f, std::vector<std::string> parts) {
     }
 }
 
-// Writes config.json + model.safetensors (random F32 weights, every tensor param_specs lists,
-// plus lm_head) for `cfg_json` into `dir`.
+// One tensor of a test checkpoint: its bytes as stored in `dtype` ("F32", "BF16", "F16").
+struct RawTensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::string dtype;
+    std::string bytes;
+};
+
+inline std::string shard_name(int k, int shards) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", k + 1, shards);
+    return buf;
+}
+
+// Writes the tensors to DIR/model.safetensors, or, with shards > 1, dealt in turn over
+// `shards` files plus model.safetensors.index.json (as transformers saves big checkpoints).
+inline void write_tensors(const std::string& dir, const std::vector<RawTensor>& tensors, int shards = 1) {
+    std::vector<json> headers(shards, json::object());
+    std::vector<std::string> data(shards);
+    json weight_map = json::object();
+    for (size_t i = 0; i < tensors.size(); i++) {
+        const RawTensor& t = tensors[i];
+        const int k = (int)(i % shards);
+        headers[k][t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data[k].size(), data[k].size() + t.bytes.size()}}};
+        data[k] += t.bytes;
+        weight_map[t.name] = shard_name(k, shards);
+    }
+    if (shards == 1) return write(dir + "/model.safetensors", safetensors_bytes(headers[0], data[0]));
+    for (int k = 0; k < shards; k++) write(dir + "/" + shard_name(k, shards), safetensors_bytes(headers[k], data[k]));
+    write(dir + "/model.safetensors.index.json", json{{"weight_map", weight_map}}.dump());
+}
+
+// n random values of a float dtype as raw bytes: finite, of many magnitudes, with zeros,
+// subnormals and rounding ties (for the narrower types) mixed in.
+inline std::string random_bytes(const std::string& dtype, int64_t n, std::mt19937& rng) {
+    std::uniform_int_distribution<uint32_t> bits;
+    std::string out;
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t r = bits(rng), sign = r >> 31;
+        if (dtype == "F32") {
+            uint32_t u = sign << 31 | (100 + r % 41) << 23 | (bits(rng) & 0x7fffff);   // 2^-27 .. 2^13
+            if (i % 7 == 3) u = (u & ~0xffffu) | 0x8000;   // exactly halfway between two bf16
+            if (i % 11 == 5) u = (u & ~0x1fffu) | 0x1000;  // halfway between two fp16 (when normal)
+            if (i % 13 == 6) u = sign << 31 | (bits(rng) & 0x7fffff);   // subnormal
+            if (i % 17 == 8) u = sign << 31;                             // +-0
+            out.append((const char*)&u, 4);
+        } else {
+            uint16_t h = dtype == "BF16" ? (uint16_t)(sign << 15 | (100 + r % 41) << 7 | (r >> 8 & 0x7f))
+                                         : (uint16_t)(sign << 15 | (r % 31) << 10 | (r >> 8 & 0x3ff));   // F16
+            if (i % 13 == 6) h &= dtype == "BF16" ? 0x807f : 0x83ff;   // subnormal or zero
+            out.append((const char*)&h, 2);
+        }
+    }
+    return out;
+}
+
+// Writes config.json + model.safetensors (random F32 weights, every tensor of the weight table,
+// lm_head too unless tied) for `cfg_json` into `dir`.
 inline void write_random_checkpoint(const std::string& dir, const json& cfg_json, unsigned seed = 1) {
     write(dir + "/config.json", cfg_json.dump());
     ModelConfig c = parse_config(cfg_json.dump(), "config.json");
-    std::vector<ParamSpec> specs = param_specs(c);
-    if (!c.tie_embeddings) specs.push_back({"lm_head.weight", {c.vocab, c.hidden}});
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 0.2f);
-    json header;
-    std::string data;
-    for (const auto& p : specs) {
-        int64_t n = 1;
-        for (auto d : p.shape) n *= d;
-        std::vector<float> v(n);
-        for (auto& x : v) x = p.shape.size() == 1 ? 1.0f + normal(rng) : normal(rng);
-        header[p.name] = {{"dtype", "F32"}, {"shape", p.shape}, {"data_offsets", {data.size(), data.size() + 4 * n}}};
-        data.append((const char*)v.data(), 4 * n);
+    std::vector<RawTensor> tensors;
+    for (const WeightSlot& s : weight_table(c, !c.tie_embeddings)) {
+        std::vector<float> v(s.numel());
+        for (auto& x : v) x = s.shape.size() == 1 ? 1.0f + normal(rng) : normal(rng);
+        tensors.push_back({s.name, s.shape, "F32", std::string((const char*)v.data(), 4 * v.size())});
     }
-    write(dir + "/model.safetensors", safetensors_bytes(header, data));
+    write_tensors(dir, tensors);
 }
 
 inline json tiny_olmo2_config() {

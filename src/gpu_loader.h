@@ -1,0 +1,39 @@
+// gpu_loader.h: checkpoint tensors -> device memory, at the speed of the PCIe link.
+//
+// load_to_device() copies every slot of a weight table (weights.h) into the device pointer the
+// caller gives for it, in the engine's dtype. Worker threads pread chunks of the files into
+// pinned staging buffers and cudaMemcpyAsync them on their own streams, several copies in
+// flight; a tensor stored in another dtype is uploaded raw into a device scratch chunk and
+// converted there by the `convert` kernel (the same rounding as from_float<T>(to_f32(x)) on the
+// host). gpu_loader.cu explains the design.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "engine.h"
+#include "weights.h"
+
+namespace olmo {
+
+// The DeviceDType of a storage type T.
+template <typename T> constexpr DeviceDType device_dtype();
+template <> constexpr DeviceDType device_dtype<float>() { return DeviceDType::F32; }
+template <> constexpr DeviceDType device_dtype<__half>() { return DeviceDType::F16; }
+template <> constexpr DeviceDType device_dtype<__nv_bfloat16>() { return DeviceDType::BF16; }
+
+struct GpuLoadOptions {
+    int threads = 0;                      // worker threads; 0 = min(8, cores)
+    size_t staging_bytes = 16 << 20;      // one pinned buffer = the largest chunk read at once
+    int buffers_per_thread = 2;           // one is filled while the other is in flight
+};
+
+// dst[i]: device memory for table[i].numel() elements of dtype dt. Every tensor is checked
+// (present, shape, dtype) before the first copy; errors name the file and tensor. Returns once
+// every byte is in place. progress may be null.
+void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<void*>& dst,
+                    DeviceDType dt, LoadProgress* progress = nullptr, const GpuLoadOptions& opt = {});
+
+}  // namespace olmo
