@@ -22,6 +22,7 @@
 #include "common.h"
 #include "cpu_ops.h"
 #include "engine.h"
+#include "memory_check.h"
 
 namespace olmo {
 
@@ -54,6 +55,7 @@ std::vector<float> stack(const Checkpoint& ck, const std::vector<ParamSpec>& par
 class CpuEngine : public Engine {
 public:
     CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks) : c_(c) {
+        check_fits_cpu(c, max_seq, kv_blocks);   // before any tensor is read
         init_kv(c, max_seq, kv_blocks);
         const int64_t H = c.hidden, I = c.intermediate, Q = c.q_dim(), KV = c.kv_dim();
         embed_ = to_f32(ck.get("model.embed_tokens.weight", {c.vocab, H}));
