@@ -155,7 +155,8 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_option("--top-p", o.top_p, "nucleus sampling: smallest set of tokens with this total probability, "
                    "in (0, 1]; 1 = off (default 0.95)")->check(CLI::Range(1e-6f, 1.0f));
     app.add_option("-s,--seed", o.seed, "random seed; the same seed gives the same text (default 0)");
-    app.add_option("--device", o.device, "auto (CUDA when a GPU is present), cpu or cuda (default auto)")
+    app.add_option("--device", o.device, "auto (CUDA when a GPU is present and runs the model's shape), cpu or cuda "
+                   "(default auto)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--dtype", o.dtype, "GPU storage dtype of weights and activations: bf16, fp16 or fp32 "
                    "(default bf16; the CPU always computes in fp32)")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
