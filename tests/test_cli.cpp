@@ -144,17 +144,24 @@ TEST(CliBatch, BeamsAndPoolErrors) {
 
 namespace {
 
-// A model folder with the real OLMo-2 tokenizer.json: ./generate uses it by default, and
-// --tokenizer overrides it (by content: a sentencepiece model works too).
-TEST(CliTokenizer, ModelFolderTokenizerJsonIsUsed) {
+// A folder with a tiny random model of OLMo-2's vocabulary and the real dolma2 tokenizer.json.
+std::string dolma2_model_dir() {
     const std::string dir = temp_dir();
     json cfg = tiny_olmo2_config();
     cfg["vocab_size"] = 100352;
     cfg["hidden_size"] = 16;
     cfg["intermediate_size"] = 32;
     cfg["num_hidden_layers"] = 1;
+    cfg["max_position_embeddings"] = 512;
     write_random_checkpoint(dir, cfg);
     write(dir + "/tokenizer.json", read_file("tests/tokenizers/allenai_dolma2.json"));
+    return dir;
+}
+
+// A model folder with the real OLMo-2 tokenizer.json: ./generate uses it by default, and
+// --tokenizer overrides it (by content: a sentencepiece model works too).
+TEST(CliTokenizer, ModelFolderTokenizerJsonIsUsed) {
+    const std::string dir = dolma2_model_dir();
     RunResult r = run_cmd("./generate --device cpu --model " + dir + " -p 'Hello world' -n 3 --temperature 0");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out.rfind("Hello world", 0), 0u) << r.out;
@@ -201,15 +208,7 @@ TEST(CliStream, SentencePieceTextEqualsOneShotDecode) {
 // A random model with the dolma2 tokenizer.json, sampling freely: tokens that end inside a
 // character, special tokens and ids past the tokenizer's vocabulary all come up.
 TEST(CliStream, ByteLevelBpeTextEqualsOneShotDecode) {
-    const std::string dir = temp_dir();
-    json cfg = tiny_olmo2_config();
-    cfg["vocab_size"] = 100352;
-    cfg["hidden_size"] = 16;
-    cfg["intermediate_size"] = 32;
-    cfg["num_hidden_layers"] = 1;
-    cfg["max_position_embeddings"] = 512;
-    write_random_checkpoint(dir, cfg);
-    write(dir + "/tokenizer.json", read_file("tests/tokenizers/allenai_dolma2.json"));
+    const std::string dir = dolma2_model_dir();
     expect_streamed_text_equals_decode("--device cpu --model " + dir + " --temperature 1 --top-p 1 --seed 5 -n 300",
                                        dir + "/tokenizer.json", "9906,1917", 1000);
 }
