@@ -240,7 +240,7 @@ int run(int argc, char** argv) {
     // --- engine: the KV pool holds every prompt (each beam) at full length, or --kv-pool-gb ---
     const bool use_cuda = choose_cuda(o.device, cfg);
     const size_t elt = !use_cuda || o.dtype == "fp32" ? 4 : 2;
-    const int bs = 16;
+    const int bs = kKvBlockSize;
     int kv_blocks = 0;
     for (const auto& p : prompts) kv_blocks += ((int)p.size() + n_new + bs - 1) / bs + 2;
     kv_blocks *= o.beams;
