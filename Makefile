@@ -39,17 +39,19 @@ endif
 PROGRAMS := generate tokenize
 TESTS    := $(CPU_TESTS) $(GPU_TESTS)
 
-all: deps $(PROGRAMS) $(TESTS)
+all: $(PROGRAMS) $(TESTS)
 
 $(BUILD)/libolmo.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	ar rcs $@ $^
 
-$(BUILD)/%.o: %.cpp
+# Every object waits for `deps` (order-only: it never makes an object out of date), so that
+# `make -j` on a fresh machine does not compile before the headers are installed.
+$(BUILD)/%.o: %.cpp | deps
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu | deps
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -70,7 +72,8 @@ bench: all $(BENCHES)
 	@bash bench/run_bench.sh
 
 # Debian packages the build needs, each with a header that shows it is there; a package is
-# installed with apt-get only when its header is missing (CI runs as root).
+# installed with apt-get only when its header is missing (CI runs as root). Quick when all are
+# there; every object rule waits for it.
 DEB_PKGS := sentencepiece_processor.h:libsentencepiece-dev CLI/CLI.hpp:libcli11-dev \
             nlohmann/json.hpp:nlohmann-json3-dev gtest/gtest.h:libgtest-dev utf8proc.h:libutf8proc-dev
 deps:

@@ -23,13 +23,25 @@ def ours(cfg_path, prompt_len, n_new, batch=1):
     return ttft, float(m.group(1)) if m else float("nan")
 
 
+def layer_params(c):
+    H, I = c["hidden_size"], c["intermediate_size"]
+    hd = c.get("head_dim", H // c["num_attention_heads"])
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    return 2 * H * q + 2 * H * kv + 3 * H * I + q + kv + 2 * H   # q, o; k, v; gate, up, down; 4 norms
+
+
+def params(c):
+    """Every parameter: the layers, the embedding, the final norm, and the LM head unless tied."""
+    H, V = c["hidden_size"], c["vocab_size"]
+    lm_head = 0 if c.get("tie_word_embeddings", False) else V * H
+    return c["num_hidden_layers"] * layer_params(c) + V * H + H + lm_head
+
+
 def weight_bytes(c):
-    H, I, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
-    hd = H // c["num_attention_heads"]
-    kv = c["num_key_value_heads"] * hd
-    per_layer = H * H * 2 + 2 * H * kv + 3 * H * I + 4 * H
-    lm = V * H   # the LM head is read every step; the embedding row is negligible
-    return 2 * (L * per_layer + lm + H)
+    """bf16 bytes of weights one decode step reads: every layer, the final norm and the LM head
+    (V x H, tied or not). Of the embedding only one row per token is read: left out."""
+    H, V = c["hidden_size"], c["vocab_size"]
+    return 2 * (c["num_hidden_layers"] * layer_params(c) + H + V * H)
 
 
 def hf_model(cfg):
@@ -126,7 +138,7 @@ def main():
             _, h_dec = hf(cfg, 128, 64)
             h_ttft = hf_ttft(cfg, 4096)
         rows.append((shape, dec, roof, h_dec, ttft, h_ttft))
-        print(f"{shape}: decode {dec:.1f} tok/s ({dec / roof:.0%} of roofline {roof:.0f}), HF {h_dec:.1f}; "
+        print(f"{shape} ({params(cfg) / 1e9:.2f} B parameters): decode {dec:.1f} tok/s ({dec / roof:.0%} of roofline {roof:.0f}), HF {h_dec:.1f}; "
               f"TTFT(4096) {ttft:.1f} ms, HF {h_ttft:.1f} ms", flush=True)
     print("\n| shape | decode tok/s (ours) | % roofline | HF decode tok/s | ratio | TTFT 4096 ms (ours) | HF TTFT ms | ratio |")
     print("|---|---|---|---|---|---|---|---|")

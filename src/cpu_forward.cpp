@@ -23,6 +23,7 @@
 #include "common.h"
 #include "cpu_ops.h"
 #include "engine.h"
+#include "memory_check.h"
 
 namespace olmo {
 
@@ -60,6 +61,7 @@ class CpuEngine : public Engine {
 public:
     CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks, LoadProgress* progress)
         : c_(c) {
+        check_fits_cpu(c, max_seq, kv_blocks);   // before any tensor is read
         init_kv(c, max_seq, kv_blocks);
         layers_.resize(c.n_layers);
         // The weights: each engine tensor the table names is sized once, then filled in place.

@@ -8,14 +8,16 @@
 
 namespace olmo {
 
+int kv_pool_blocks(int max_seq, int kv_blocks) {
+    return kv_blocks > 0 ? kv_blocks : (max_seq + kKvBlockSize - 1) / kKvBlockSize + 1;   // +1: a copy-on-write spare
+}
+
 void Engine::init_kv(const ModelConfig& c, int max_seq, int kv_blocks) {
     max_seq_ = max_seq;
-    constexpr int kBlockSize = 16;
     bool kinds[2] = {false, false};
     for (int l = 0; l < c.n_layers; l++) kinds[c.layer_sliding[l] ? KvCache::kSliding : KvCache::kFull] = true;
-    const int per_seq = (max_seq + kBlockSize - 1) / kBlockSize + 1;   // +1: a copy-on-write spare
-    const int n = kv_blocks > 0 ? kv_blocks : per_seq;
-    kv_ = std::make_unique<KvCache>(std::array<int, 2>{kinds[0] ? n : 0, kinds[1] ? n : 0}, kBlockSize, c.sliding_window);
+    const int n = kv_pool_blocks(max_seq, kv_blocks);
+    kv_ = std::make_unique<KvCache>(std::array<int, 2>{kinds[0] ? n : 0, kinds[1] ? n : 0}, kKvBlockSize, c.sliding_window);
     seq0_ = kv_->new_sequence();
 }
 

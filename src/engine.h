@@ -45,6 +45,11 @@ struct MemoryUse {
     int blocks_total = 0, blocks_free = 0, blocks_peak_used = 0, block_size = 0;
 };
 
+// The KV pool of an engine: blocks of kKvBlockSize tokens, kv_blocks of them per pool kind, or
+// (kv_blocks 0) enough for one sequence of max_seq tokens plus a copy-on-write spare.
+constexpr int kKvBlockSize = 16;
+int kv_pool_blocks(int max_seq, int kv_blocks);
+
 // An engine holds the weights and a paged KV cache (kv_cache.h) shared by any number of
 // sequences. A sequence is created empty, fed a prompt with prefill(), then extended one token
 // at a time with decode(), which serves several sequences in one step (batched generation,
@@ -121,6 +126,8 @@ std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& 
 
 enum class DeviceDType { BF16, F16, F32 };
 bool cuda_available();   // false when built without CUDA or no GPU is present
+// Why the CUDA engine cannot run this model's shape (e.g. its head size), or "" when it can.
+std::string cuda_unsupported_reason(const ModelConfig& c);
 // ckpt == nullptr: random weights (benchmarks at real sizes without a checkpoint).
 // max_batch: the most sequences one decode step may carry.
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt,

@@ -155,6 +155,20 @@ void print_stats(const Options& o, bool use_cuda, const std::vector<std::vector<
                  m.blocks_free);
 }
 
+// --device: cuda, cpu, or auto: the GPU when there is one and it can run this model's shape.
+bool choose_cuda(const std::string& device, const ModelConfig& cfg) {
+    if (device == "cpu") return false;
+    const std::string why_not = cuda_unsupported_reason(cfg);
+    if (device == "cuda") {
+        if (!why_not.empty()) fail("--device cuda: " + why_not);
+        return true;
+    }
+    if (!cuda_available()) return false;
+    if (why_not.empty()) return true;
+    std::fprintf(stderr, "note: %s; running on the CPU\n", why_not.c_str());
+    return false;
+}
+
 // Every flag, with its help text; false when --help was asked for (and printed).
 bool parse_flags(int argc, char** argv, Options& o) {
     CLI::App app{"generate: text generation with OLMo-1/2/3 checkpoints (CPU reference or CUDA engine)"};
@@ -177,7 +191,8 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_option("--top-p", o.top_p, "nucleus sampling: smallest set of tokens with this total probability, "
                    "in (0, 1]; 1 = off (default 0.95)")->check(CLI::Range(1e-6f, 1.0f));
     app.add_option("-s,--seed", o.seed, "random seed; the same seed gives the same text (default 0)");
-    app.add_option("--device", o.device, "auto (CUDA when a GPU is present), cpu or cuda (default auto)")
+    app.add_option("--device", o.device, "auto (CUDA when a GPU is present and runs the model's shape), cpu or cuda "
+                   "(default auto)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--dtype", o.dtype, "GPU storage dtype of weights and activations: bf16, fp16 or fp32 "
                    "(default bf16; the CPU always computes in fp32)")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
@@ -261,9 +276,9 @@ int run(int argc, char** argv) {
     if (n_new < 1) fail("no room to generate: a prompt fills the whole context of " + std::to_string(max_seq) + " tokens");
 
     // --- engine: the KV pool holds every prompt (each beam) at full length, or --kv-pool-gb ---
-    const bool use_cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
+    const bool use_cuda = choose_cuda(o.device, cfg);
     const size_t elt = !use_cuda || o.dtype == "fp32" ? 4 : 2;
-    const int bs = 16;
+    const int bs = kKvBlockSize;
     int kv_blocks = 0;
     for (const auto& p : prompts) kv_blocks += ((int)p.size() + n_new + bs - 1) / bs + 2;
     kv_blocks *= o.beams;

@@ -25,6 +25,7 @@
 #include "elementwise.cuh"
 #include "engine.h"
 #include "gpu_loader.h"
+#include "memory_check.h"
 #include "norm.cuh"
 #include "rope.cuh"
 #include "sampling.cuh"
@@ -68,6 +69,12 @@ struct Arena {
     }
     ~Arena() { if (base) cudaFree(base); }
 };
+
+size_t gpu_free_bytes() {
+    size_t free = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free, &total));
+    return free;
+}
 
 template <typename T>
 struct GpuLayer {
@@ -114,6 +121,7 @@ public:
         cublasCheck(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));   // fp32 stays true fp32 (no TF32)
         layers_.resize(c.n_layers);
         carve();                 // count sizes
+        check_fits({weights_.used, kv_arena_.used, buffers_.used}, gpu_free_bytes(), "free on the GPU");
         weights_.allocate();
         buffers_.allocate();
         kv_arena_.allocate();
@@ -528,9 +536,17 @@ bool cuda_available() {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+// The attention kernels' head sizes. (To be the kernels' own predicate.)
+std::string cuda_unsupported_reason(const ModelConfig& c) {
+    if (attention_supports_head_dim(c.head_dim)) return "";
+    return "head_dim " + std::to_string(c.head_dim) + " is not supported by the CUDA engine (" +
+           attention_supported_head_dims() + ")";
+}
+
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt,
                                          int kv_blocks, int max_batch, LoadProgress* progress) {
     if (!cuda_available()) fail("no CUDA device available");
+    if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
     switch (dt) {
         case DeviceDType::F32: return std::make_unique<CudaEngine<float>>(c, ck, max_seq, kv_blocks, max_batch, progress);
         case DeviceDType::F16: return std::make_unique<CudaEngine<__half>>(c, ck, max_seq, kv_blocks, max_batch, progress);

@@ -93,23 +93,38 @@ size_t utf8_complete_prefix(const std::string& s) {
     return back + 1 >= need ? n : i - 1;
 }
 
+// Both tokenizers decode id by id, so what an id adds to the text depends on the ids before it
+// only through sentencepiece's "first piece" rule (its dummy-prefix space is dropped only when
+// no earlier id decoded to a piece). A context that decodes to some text therefore contains a
+// piece, just like the whole sequence, and any later id adds the same bytes to decode(context)
+// as to the decode of everything. So the context shrinks to the last id whenever that id alone
+// decodes to text, and an id that decodes to nothing on its own (a control token, an id past
+// the vocabulary, or a first "▁") is kept only while the context itself has no text yet.
 StreamDecoder::StreamDecoder(const Tokenizer& tok, std::vector<int> prefix)
-    : tok_(tok), ids_(std::move(prefix)), emitted_(tok.decode(ids_).size()) {}
+    : tok_(tok), context_(std::move(prefix)), context_bytes_(tok.decode(context_).size()) {}
 
 std::string StreamDecoder::push(int id) {
-    ids_.push_back(id);
-    std::string text = tok_.decode(ids_);
-    size_t end = utf8_complete_prefix(text);
-    if (end <= emitted_) return "";
-    std::string out = text.substr(emitted_, end - emitted_);
-    emitted_ = end;
+    context_.push_back(id);
+    const std::string text = tok_.decode(context_);
+    pending_.append(text, context_bytes_, std::string::npos);   // what `id` adds to the whole decode
+    const std::string alone = tok_.decode({id});
+    if (!alone.empty()) {
+        context_ = {id};
+        context_bytes_ = alone.size();
+    } else if (context_bytes_ > 0) {
+        context_.pop_back();
+    } else {
+        context_bytes_ = text.size();
+    }
+    const size_t end = utf8_complete_prefix(pending_);
+    std::string out = pending_.substr(0, end);
+    pending_.erase(0, end);
     return out;
 }
 
 std::string StreamDecoder::flush() {
-    std::string text = tok_.decode(ids_);
-    std::string out = text.size() > emitted_ ? text.substr(emitted_) : "";
-    emitted_ = text.size();
+    std::string out;
+    out.swap(pending_);
     return out;
 }
 

@@ -27,7 +27,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 // Streams text as ids arrive without ever printing a broken UTF-8 character: each push()
 // returns the newly completed text. Seed it with the prompt ids so that spacing at the
-// boundary is the same as decoding the whole sequence at once.
+// boundary is the same as decoding the whole sequence at once. Each push decodes only a few
+// ids (constant time per token), yet the pushes and flush() together return exactly what
+// decode() of all the ids after the prefix adds to decode(prefix).
 class StreamDecoder {
 public:
     StreamDecoder(const Tokenizer& tok, std::vector<int> prefix_ids);
@@ -35,8 +37,9 @@ public:
     std::string flush();        // whatever is left, even an incomplete sequence
 private:
     const Tokenizer& tok_;
-    std::vector<int> ids_;
-    size_t emitted_ = 0;        // bytes of decode(ids_) already returned (or in the prefix)
+    std::vector<int> context_;  // the last ids, enough for decode() to treat the next id right
+    size_t context_bytes_ = 0;  // decode(context_).size()
+    std::string pending_;       // decoded bytes not returned yet: an incomplete UTF-8 sequence
 };
 
 // Length of the longest prefix of s that does not end inside a UTF-8 sequence.

@@ -146,17 +146,24 @@ TEST(CliBatch, BeamsAndPoolErrors) {
 
 namespace {
 
-// A model folder with the real OLMo-2 tokenizer.json: ./generate uses it by default, and
-// --tokenizer overrides it (by content: a sentencepiece model works too).
-TEST(CliTokenizer, ModelFolderTokenizerJsonIsUsed) {
+// A folder with a tiny random model of OLMo-2's vocabulary and the real dolma2 tokenizer.json.
+std::string dolma2_model_dir() {
     const std::string dir = temp_dir();
     json cfg = tiny_olmo2_config();
     cfg["vocab_size"] = 100352;
     cfg["hidden_size"] = 16;
     cfg["intermediate_size"] = 32;
     cfg["num_hidden_layers"] = 1;
+    cfg["max_position_embeddings"] = 512;
     write_random_checkpoint(dir, cfg);
     write(dir + "/tokenizer.json", read_file("tests/tokenizers/allenai_dolma2.json"));
+    return dir;
+}
+
+// A model folder with the real OLMo-2 tokenizer.json: ./generate uses it by default, and
+// --tokenizer overrides it (by content: a sentencepiece model works too).
+TEST(CliTokenizer, ModelFolderTokenizerJsonIsUsed) {
+    const std::string dir = dolma2_model_dir();
     RunResult r = run_cmd("./generate --device cpu --model " + dir + " -p 'Hello world' -n 3 --temperature 0");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out.rfind("Hello world", 0), 0u) << r.out;
@@ -166,6 +173,46 @@ TEST(CliTokenizer, ModelFolderTokenizerJsonIsUsed) {
     RunResult sp = run_cmd("./generate --device cpu --model " + dir + " --tokenizer tokenizer/tokenizer.model -p 'Hello' -n 2 --temperature 0");
     ASSERT_EQ(sp.code, 0) << sp.err;
     EXPECT_EQ(sp.out.rfind("Hello", 0), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+std::string id_list(const std::vector<int>& ids) {
+    std::string out;
+    for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+    return out;
+}
+
+// The text ./generate streams equals ./tokenize's one-shot decode of the prompt and the ids the
+// same run prints with --output-ids (less a final end-of-sequence id, which is not printed).
+void expect_streamed_text_equals_decode(const std::string& args, const std::string& tokenizer, const std::string& prompt,
+                                        int eos) {
+    RunResult text = run_cmd("./generate " + args + " --prompt-ids " + prompt);
+    RunResult ids = run_cmd("./generate " + args + " --prompt-ids " + prompt + " --output-ids");
+    ASSERT_EQ(text.code, 0) << text.err;
+    ASSERT_EQ(ids.code, 0) << ids.err;
+    std::vector<int> all = parse_ids(prompt), generated = parse_ids(ids.out);
+    EXPECT_GE(generated.size(), 100u) << "stopped early: too short to test streaming";
+    all.insert(all.end(), generated.begin(), generated.end());
+    if (all.back() == eos) all.pop_back();
+    RunResult decoded = run_cmd("./tokenize --skip-special --tokenizer " + tokenizer + " --decode " + id_list(all));
+    ASSERT_EQ(decoded.code, 0) << decoded.err;
+    EXPECT_EQ(text.out, decoded.out + "\n");
+}
+
+// The default model (sentencepiece), greedy.
+TEST(CliStream, SentencePieceTextEqualsOneShotDecode) {
+    expect_streamed_text_equals_decode("--device cpu --temperature 0 -n 300", "tokenizer/tokenizer.model", "1,400,500,600", 2);
+}
+
+// A random model with the dolma2 tokenizer.json, sampling freely: tokens that end inside a
+// character, special tokens and ids past the tokenizer's vocabulary all come up.
+TEST(CliStream, ByteLevelBpeTextEqualsOneShotDecode) {
+    const std::string dir = dolma2_model_dir();
+    expect_streamed_text_equals_decode("--device cpu --model " + dir + " --temperature 1 --top-p 1 --seed 5 -n 300",
+                                       dir + "/tokenizer.json", "9906,1917", 1000);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "test_util.h"
 #include "tokenizer_bpe.h"
 
 using json = nlohmann::json;
@@ -135,6 +136,14 @@ TEST_P(BpeRefs, PrefixDecodesArePrefixes) {
         }
     }
     EXPECT_GT(partial, 0) << "no prefix ended inside a character";
+}
+
+// A long stream of random ids (tokens that end inside a character, special tokens, ids past the
+// vocabulary) equals the one-shot decode.
+TEST_P(BpeRefs, LongRandomStreamEqualsOneShot) {
+    const olmo::Tokenizer& tok = *f_->tok;
+    for (const std::vector<int>& prefix : {std::vector<int>{}, tok.encode("Hello \xE4\xB8\x96")})
+        olmo::test::expect_stream_equals_decode(tok, prefix, olmo::test::random_ids(tok, 2500, 7));
 }
 
 INSTANTIATE_TEST_SUITE_P(OlmoTokenizers, BpeRefs, ::testing::ValuesIn(kFiles));

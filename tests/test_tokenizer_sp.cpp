@@ -75,6 +75,20 @@ TEST(SentencePiece, StreamingEqualsOneShot) {
     EXPECT_EQ(prompt + out, tok->decode(all));
 }
 
+// A long stream of random ids (byte-fallback pieces cutting characters, control ids, ids past
+// the vocabulary) equals the one-shot decode, after every kind of start: no prefix, control
+// ids only, a lone "▁" (8099: it decodes to nothing as the first piece, to " " after one), text.
+TEST(SentencePiece, LongRandomStreamEqualsOneShot) {
+    auto tok = load_tokenizer(kModel);
+    ASSERT_EQ(tok->decode({8099}), "");
+    ASSERT_EQ(tok->decode({8099, 8099}), " ");
+    const std::vector<std::vector<int>> prefixes = {{}, {1, 2}, {8099}, {1, 8099, 2}, tok->encode("Once upon a time")};
+    for (size_t k = 0; k < prefixes.size(); k++) {
+        expect_stream_equals_decode(*tok, prefixes[k], random_ids(*tok, 2500, 10 + k));
+        expect_stream_equals_decode(*tok, prefixes[k], {2, 8099, 8099, 0, 8099, 300});
+    }
+}
+
 TEST(LoadTokenizer, RejectsWhatItCannotRead) {
     std::string d = temp_dir();
     write(d + "/junk.model", "this is not a tokenizer");

@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "tokenizer.h"
 #include "weights.h"
 
 namespace olmo::test {
@@ -141,6 +142,64 @@ inline RunResult run_cmd(const std::string& cmd) {
         return std::string(std::istreambuf_iterator<char>(f), {});
     };
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(d + "/out"), slurp(d + "/err")};
+}
+
+// A tokenizer that counts the ids it is asked to decode (StreamDecoder must ask for a bounded
+// number per token).
+struct CountingTokenizer : Tokenizer {
+    explicit CountingTokenizer(const Tokenizer& t) : inner(t) {}
+    std::vector<int> encode(const std::string& text) const override { return inner.encode(text); }
+    std::string decode(const std::vector<int>& ids, bool skip_special = true) const override {
+        decoded += ids.size();
+        return inner.decode(ids, skip_special);
+    }
+    int vocab_size() const override { return inner.vocab_size(); }
+    const Tokenizer& inner;
+    mutable size_t decoded = 0;
+};
+
+// n random ids, as a model that went astray could produce them: mostly uniform over the
+// vocabulary and a few ids past it, with runs of the ids of texts whose characters a token
+// may cut (emoji, CJK, combining marks: byte-fallback or byte-level pieces).
+inline std::vector<int> random_ids(const Tokenizer& tok, size_t n, unsigned seed) {
+    const char* texts[] = {"\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB", "\xE4\xB8\x96\xE7\x95\x8C",
+                           "\xF0\x9F\x87\xAB\xF0\x9F\x87\xB7", "nai\xCC\x88ve caf\xC3\xA9", " \xEA\xB0\x80\xEB\x82\x98"};
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> id(0, tok.vocab_size() + 3), pick(0, 9);
+    std::vector<int> ids;
+    while (ids.size() < n) {
+        if (pick(rng) > 0) {
+            ids.push_back(id(rng));
+        } else {
+            std::vector<int> run = tok.encode(texts[pick(rng) % 5]);
+            ids.insert(ids.end(), run.begin(), run.end());
+        }
+    }
+    return ids;
+}
+
+// Streams `ids` after `prefix`: the pieces add up to what decoding everything adds to
+// decode(prefix), no piece ends inside a character that the next one completes (random bytes
+// may break a character for good: then it is let go), and each token costs a few decoded ids.
+inline void expect_stream_equals_decode(const Tokenizer& tok, std::vector<int> prefix, const std::vector<int>& ids) {
+    CountingTokenizer counting(tok);
+    const size_t n_prefix = prefix.size();
+    StreamDecoder sd(counting, prefix);
+    std::string streamed;
+    auto add = [&](const std::string& piece) {
+        if (piece.empty()) return;
+        const bool continues = ((unsigned char)piece[0] & 0xC0) == 0x80;
+        EXPECT_FALSE(continues && utf8_complete_prefix(streamed) < streamed.size()) << "a character was split";
+        streamed += piece;
+    };
+    for (int id : ids) add(sd.push(id));
+    add(sd.flush());
+    const std::string head = tok.decode(prefix);
+    prefix.insert(prefix.end(), ids.begin(), ids.end());
+    const std::string whole = tok.decode(prefix);
+    ASSERT_EQ(whole.compare(0, head.size(), head), 0);
+    EXPECT_EQ(streamed, whole.substr(head.size()));
+    EXPECT_LE(counting.decoded, 2 * n_prefix + 8 * ids.size() + 64) << "decoded ids do not grow linearly";
 }
 
 }  // namespace olmo::test
