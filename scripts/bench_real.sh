@@ -52,6 +52,7 @@ ours 7b_warm_2 --model "$M7" -p "$PROMPT" -n 64 --temperature 0
 evict "$M7"/*.safetensors
 ours 7b_cold --model "$M7" -p "$PROMPT" -n 64 --temperature 0
 ours 7b_warm_3 --model "$M7" -p "$PROMPT" -n 64 --temperature 0
+ours 7b_fp16_converted --model "$M7" -p "$PROMPT" -n 64 --temperature 0 --dtype fp16
 for i in 1 2 3; do ours default_$i -n 64 --temperature 0; done
 cat "$OUT"/7b_warm_1.err
 

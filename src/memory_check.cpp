@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "engine.h"
+#include "weights.h"
 
 namespace olmo {
 
@@ -36,14 +37,7 @@ size_t host_available_bytes() {
 
 MemoryNeed cpu_memory_need(const ModelConfig& c, int max_seq, int kv_blocks) {
     size_t params = 0;
-    bool lm_head_listed = false;
-    for (const ParamSpec& p : param_specs(c)) {
-        size_t n = 1;
-        for (int64_t d : p.shape) n *= (size_t)d;
-        params += n;
-        lm_head_listed |= p.name == "lm_head.weight";
-    }
-    if (!c.tie_embeddings && !lm_head_listed) params += (size_t)c.vocab * c.hidden;
+    for (const WeightSlot& w : weight_table(c, !c.tie_embeddings)) params += (size_t)w.numel();
     const size_t H = c.hidden, I = c.intermediate, Q = c.q_dim(), KV = c.kv_dim(), T = max_seq;
     MemoryNeed m;
     m.weights = params * sizeof(float);
