@@ -12,7 +12,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; W=${WORK:-/tmp/real}; mkdir -p "$OUT" "$W"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 PROMPT="The capital of France is"
-now() { date +%s.%N; }
+now() { date +%s%N; }                          # nanoseconds
+secs() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }   # since $1
 LL=$W/llama
 if [ "${LLAMA:-1}" = 1 ]; then   # llama.cpp builds in the background (about 5 minutes)
   ( mkdir -p "$LL" && tar xJf .carry/llama/llama-trim.tar.xz -C "$LL" &&
@@ -31,7 +32,7 @@ ours() {  # label, then ./generate arguments
   local label=$1; shift
   local t0=$(now)
   ./generate "$@" --stats >"$OUT/$label.out" 2>"$OUT/$label.err"; local rc=$?
-  local wall=$(echo "$(now) - $t0" | bc)
+  local wall=$(secs $t0)
   local load=$(sed -n 's/^load *\([0-9.]*\) s.*/\1/p' "$OUT/$label.err")
   local gbs=$(sed -n 's/.*GB of weights, \([0-9.]*\) GB\/s.*/\1/p' "$OUT/$label.err")
   local ttft=$(sed -n 's/^time to 1st tok *\([0-9.]*\) ms/\1/p' "$OUT/$label.err")
@@ -64,7 +65,7 @@ if [ "${LLAMA:-1}" = 1 ]; then
     t0=$(now)
     "$LL/build/bin/llama-completion" -m "$W/olmo2_7b.gguf" -ngl 99 -fa on -p "$PROMPT" -n 64 --temp 0 -no-cnv \
       >"$OUT/llama_$i.out" 2>"$OUT/llama_$i.err"
-    wall=$(echo "$(now) - $t0" | bc)
+    wall=$(secs $t0)
     load=$(sed -n 's/.*load time = *\([0-9.]*\) ms.*/\1/p' "$OUT/llama_$i.err" | head -1)
     pe=$(sed -n 's/.*prompt eval time = *\([0-9.]*\) ms.*/\1/p' "$OUT/llama_$i.err" | head -1)
     ev=$(sed -n 's/.* eval time = .*, *\([0-9.]*\) tokens per second.*/\1/p' "$OUT/llama_$i.err" | tail -1)
