@@ -229,6 +229,9 @@ void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, 
     DeviceScratch scratch(any_convert ? threads * size : 0);       // [threads][size]
     Shared sh(chunks, dt, progress);
     cudaCheck(cudaGetDevice(&sh.device));
+    // The workers' streams do not wait for the legacy default stream, so work the caller queued
+    // on any stream (a cudaMemset of the destinations, say) must be done before the first copy.
+    cudaCheck(cudaDeviceSynchronize());
     {
         JoinAll pool;
         for (int w = 0; w < threads; w++)
