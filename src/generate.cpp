@@ -90,6 +90,18 @@ std::vector<std::vector<int>> read_prompts(const Options& o, const Tokenizer* to
     return prompts;
 }
 
+// KV blocks of the run: every prompt (each beam) at full length, or what --kv-pool-gb holds.
+int kv_pool_for(const Options& o, const ModelConfig& cfg, const std::vector<std::vector<int>>& prompts, int n_new,
+                bool use_cuda) {
+    const size_t elt = !use_cuda || o.dtype == "fp32" ? 4 : 2;
+    const int bs = kKvBlockSize;
+    if (o.kv_pool_gb > 0)
+        return std::max(1, (int)(o.kv_pool_gb * 1e9 / (2.0 * bs * cfg.kv_dim() * cfg.n_layers * elt)));
+    int blocks = 0;
+    for (const auto& p : prompts) blocks += ((int)p.size() + n_new + bs - 1) / bs + 2;
+    return std::max(1, blocks * o.beams);
+}
+
 // Sequence k of a batch samples with seed + k.
 SamplingParams seeded(SamplingParams s, size_t k) {
     s.seed += k;
@@ -275,16 +287,10 @@ int run(int argc, char** argv) {
     }
     if (n_new < 1) fail("no room to generate: a prompt fills the whole context of " + std::to_string(max_seq) + " tokens");
 
-    // --- engine: the KV pool holds every prompt (each beam) at full length, or --kv-pool-gb ---
+    // --- engine ---
     const bool use_cuda = choose_cuda(o.device, cfg);
-    const size_t elt = !use_cuda || o.dtype == "fp32" ? 4 : 2;
-    const int bs = kKvBlockSize;
-    int kv_blocks = 0;
-    for (const auto& p : prompts) kv_blocks += ((int)p.size() + n_new + bs - 1) / bs + 2;
-    kv_blocks *= o.beams;
-    if (o.kv_pool_gb > 0)
-        kv_blocks = (int)(o.kv_pool_gb * 1e9 / (2.0 * bs * cfg.kv_dim() * cfg.n_layers * elt));
-    kv_blocks = std::max(kv_blocks, 1);
+    if (bench && !use_cuda) fail("--random-weights needs the CUDA engine (--device cuda)");
+    const int kv_blocks = kv_pool_for(o, cfg, prompts, n_new, use_cuda);
     const int max_batch = std::max<int>(prompts.size(), o.beams);
     auto t_load = Clock::now();
     LoadProgress progress(progress_line(!o.quiet && isatty(2)));
@@ -293,7 +299,6 @@ int run(int argc, char** argv) {
         DeviceDType dt = o.dtype == "fp32" ? DeviceDType::F32 : o.dtype == "fp16" ? DeviceDType::F16 : DeviceDType::BF16;
         eng = make_cuda_engine(cfg, ckpt.get(), max_seq, dt, kv_blocks, max_batch, &progress);
     } else {
-        if (bench) fail("--random-weights needs the CUDA engine (--device cuda)");
         eng = make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks, &progress);
     }
     SamplingParams sp{o.temperature, o.top_k, o.top_p, o.seed};
