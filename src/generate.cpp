@@ -239,6 +239,89 @@ bool parse_flags(int argc, char** argv, Options& o) {
 
 }
 
+// What a generation mode needs: the run's settings, model, tokenizer (null with ids only),
+// engine and prompts.
+struct Job {
+    const Options& o;
+    const ModelConfig& cfg;
+    const Tokenizer* tok;
+    Engine& eng;
+    const std::vector<std::vector<int>>& prompts;
+    int n_new;
+    SamplingParams sp;
+    bool bench;
+};
+
+// Tokens as they come, for --stats: the first one's time, and when decoding alone began.
+struct Progress {
+    Clock::time_point t0 = Clock::now();
+    double ttft = 0, t_decode = -1;   // t_decode -1: at ttft (one prompt)
+    size_t generated = 0;             // summed over sequences
+    void token() {
+        if (generated++ == 0) ttft = seconds_since(t0);
+    }
+};
+
+void print_ids(const std::vector<int>& ids) {
+    for (size_t i = 0; i < ids.size(); i++) std::printf("%s%d", i ? "," : "", ids[i]);
+}
+
+// One finished output line: ids, or the text of prompt + continuation (without a final eos).
+void print_output(const Job& j, std::vector<int> prompt, const std::vector<int>& generated) {
+    if (j.o.output_ids) return print_ids(generated);
+    prompt.insert(prompt.end(), generated.begin(), generated.end());
+    const std::vector<int>& eos = j.cfg.eos_ids;
+    if (std::find(eos.begin(), eos.end(), prompt.back()) != eos.end()) prompt.pop_back();
+    std::fputs(j.tok->decode(prompt).c_str(), stdout);
+}
+
+// Beam search, prompt after prompt; the best hypothesis of each.
+void beam_searches(const Job& j, Progress& pr) {
+    for (size_t k = 0; k < j.prompts.size(); k++) {
+        BeamResult r = beam_search(j.eng, j.prompts[k], j.o.beams, j.n_new, j.o.length_penalty, j.cfg.eos_ids);
+        if (k == 0) pr.ttft = seconds_since(pr.t0);
+        pr.generated += r.tokens.size();
+        if (j.prompts.size() > 1) std::printf("[%zu] ", k);
+        print_output(j, j.prompts[k], r.tokens);
+        std::printf("\n");
+    }
+}
+
+// One prompt: the text (or ids) streamed as it is produced.
+void stream_one(const Job& j, Progress& pr) {
+    const std::vector<int>& prompt = j.prompts[0];
+    std::unique_ptr<StreamDecoder> stream;
+    if (!j.o.output_ids) {
+        stream = std::make_unique<StreamDecoder>(*j.tok, prompt);
+        std::fputs(j.tok->decode(prompt).c_str(), stdout);
+        std::fflush(stdout);
+    }
+    generate(j.eng, {Request{prompt, j.sp, j.n_new}}, j.cfg.eos_ids, [&](int, int id, bool eos) {
+        pr.token();
+        if (stream && !eos) std::fputs(stream->push(id).c_str(), stdout);
+        if (j.o.output_ids) std::printf("%s%d", pr.generated > 1 ? "," : "", id);
+        std::fflush(stdout);
+    });
+    if (stream) std::fputs(stream->flush().c_str(), stdout);
+    std::printf("\n");
+}
+
+// A batch: every prompt decodes in the same steps, each with its own seed (seed + k); the
+// outputs are printed per prompt at the end, labelled [k].
+void generate_batch(const Job& j, Progress& pr) {
+    std::vector<Request> reqs;
+    for (size_t k = 0; k < j.prompts.size(); k++) reqs.push_back({j.prompts[k], seeded(j.sp, k), j.n_new});
+    auto outs = generate(j.eng, reqs, j.bench ? std::vector<int>{} : j.cfg.eos_ids, [&](int, int, bool) {
+        pr.token();
+        if (pr.generated == j.prompts.size()) pr.t_decode = seconds_since(pr.t0);   // every prompt prefilled
+    });
+    for (size_t k = 0; k < outs.size(); k++) {
+        std::printf("[%zu] ", k);
+        print_output(j, j.prompts[k], outs[k]);
+        std::printf("\n");
+    }
+}
+
 int run(int argc, char** argv) {
     Options o;
     if (!parse_flags(argc, argv, o)) return 0;
@@ -305,65 +388,16 @@ int run(int argc, char** argv) {
     auto t_warm = Clock::now();
     eng->warm_up(warm_up_for(o, prompts, sp));   // one-time work of the first request, done here
     const double warm_s = seconds_since(t_warm), load_s = seconds_since(t_load);
-    auto print_ids = [](const std::vector<int>& ids) {
-        for (size_t i = 0; i < ids.size(); i++) std::printf("%s%d", i ? "," : "", ids[i]);
-    };
-    auto text_of = [&](std::vector<int> ids, const std::vector<int>& generated) {   // prompt + continuation, no eos
-        ids.insert(ids.end(), generated.begin(), generated.end());
-        if (std::find(cfg.eos_ids.begin(), cfg.eos_ids.end(), ids.back()) != cfg.eos_ids.end()) ids.pop_back();
-        return tok->decode(ids);
-    };
-
     // --- generation ---
-    auto t0 = Clock::now();
-    double ttft = 0, t_decode = -1;   // t_decode: when decoding alone starts (after the last prefill)
-    size_t generated = 0;
-    if (o.beams > 1) {
-        // Beam search, prompt after prompt; the best hypothesis of each.
-        for (size_t k = 0; k < prompts.size(); k++) {
-            BeamResult r = beam_search(*eng, prompts[k], o.beams, n_new, o.length_penalty, cfg.eos_ids);
-            if (k == 0) ttft = seconds_since(t0);
-            generated += r.tokens.size();
-            if (prompts.size() > 1) std::printf("[%zu] ", k);
-            if (o.output_ids) print_ids(r.tokens);
-            else std::fputs(text_of(prompts[k], r.tokens).c_str(), stdout);
-            std::printf("\n");
-        }
-    } else if (prompts.size() == 1 && !bench) {
-        // One prompt: stream the text as it is produced.
-        std::unique_ptr<StreamDecoder> stream;
-        if (!o.output_ids) {
-            stream = std::make_unique<StreamDecoder>(*tok, prompts[0]);
-            std::fputs(tok->decode(prompts[0]).c_str(), stdout);
-            std::fflush(stdout);
-        }
-        generate(*eng, {Request{prompts[0], sp, n_new}}, cfg.eos_ids, [&](int, int id, bool eos) {
-            if (generated++ == 0) ttft = seconds_since(t0);
-            if (stream && !eos) std::fputs(stream->push(id).c_str(), stdout);
-            if (o.output_ids) std::printf("%s%d", generated > 1 ? "," : "", id);
-            std::fflush(stdout);
-        });
-        if (stream) std::fputs(stream->flush().c_str(), stdout);
-        std::printf("\n");
-    } else {
-        // A batch: every prompt decodes in the same steps, each with its own seed (seed + k);
-        // the outputs are printed per prompt at the end, labelled [k].
-        std::vector<Request> reqs;
-        for (size_t k = 0; k < prompts.size(); k++) reqs.push_back({prompts[k], seeded(sp, k), n_new});
-        auto outs = generate(*eng, reqs, bench ? std::vector<int>{} : cfg.eos_ids, [&](int, int, bool) {
-            if (generated++ == 0) ttft = seconds_since(t0);
-            if (generated == prompts.size()) t_decode = seconds_since(t0);   // every prompt prefilled
-        });
-        for (size_t k = 0; k < outs.size(); k++) {
-            std::printf("[%zu] ", k);
-            if (o.output_ids) print_ids(outs[k]);
-            else std::fputs(text_of(prompts[k], outs[k]).c_str(), stdout);
-            std::printf("\n");
-        }
-    }
-    const double total = seconds_since(t0);
+    const Job job{o, cfg, tok.get(), *eng, prompts, n_new, sp, bench};
+    Progress pr;
+    if (o.beams > 1) beam_searches(job, pr);
+    else if (prompts.size() == 1 && !bench) stream_one(job, pr);
+    else generate_batch(job, pr);
+    const double total = seconds_since(pr.t0);
 
-    if (o.stats) print_stats(o, use_cuda, prompts, *eng, {load_s, warm_s, ttft, t_decode, total, generated, progress});
+    if (o.stats)
+        print_stats(o, use_cuda, prompts, *eng, {load_s, warm_s, pr.ttft, pr.t_decode, total, pr.generated, progress});
     return 0;
 }
 
