@@ -135,10 +135,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
     if (c.family == Family::Olmo1) c.clip_qkv = rd.get_float("clip_qkv", 0.0f);
     if (c.clip_qkv < 0) fail(where + ": clip_qkv must be >= 0");
     c.tie_embeddings = j.value("tie_word_embeddings", false);
-    if (rd.has("torch_dtype") && j["torch_dtype"].is_string()) c.dtype = j["torch_dtype"];
-    if (rd.has("dtype") && j["dtype"].is_string()) c.dtype = j["dtype"];
     c.eos_ids = parse_ids(j.value("eos_token_id", json()), where);
-    c.pad_id = rd.get_int("pad_token_id", -1);
 
     // Layer types: OLMo-3 alternates 3 sliding + 1 full unless layer_types says otherwise.
     c.layer_sliding.assign(c.n_layers, false);

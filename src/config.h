@@ -1,7 +1,7 @@
 // config.h: everything the forward pass needs from a checkpoint's config.json (and
 // generation_config.json), read from either generation of transformers' keys:
-//   4.x: rope_theta, rope_scaling {rope_type|type: "yarn", ...}, torch_dtype
-//   5.x: rope_parameters {rope_theta, rope_type, ...}, keyed by layer type for OLMo-3; dtype
+//   4.x: rope_theta, rope_scaling {rope_type|type: "yarn", ...}
+//   5.x: rope_parameters {rope_theta, rope_type, ...}, keyed by layer type for OLMo-3
 #pragma once
 #include <string>
 #include <vector>
@@ -33,8 +33,6 @@ struct ModelConfig {
     std::vector<bool> layer_sliding;    // per layer: true = sliding-window attention
     RopeConfig rope_full, rope_sliding; // rope of full-attention and sliding layers
     std::vector<int> eos_ids;           // stop on any of these
-    int pad_id = -1;
-    std::string dtype = "float32";      // the checkpoint's declared dtype
 
     int q_dim() const { return n_heads * head_dim; }
     int kv_dim() const { return n_kv_heads * head_dim; }

@@ -80,7 +80,6 @@ TEST(Config, Olmo3YarnBothKeyGenerations) {
         EXPECT_FALSE(c->rope(0).yarn);              // YaRN on full layers only
         EXPECT_TRUE(c->rope(3).yarn);
         EXPECT_FLOAT_EQ(c->rope(3).attention_factor, 1.2079441541679836f);
-        EXPECT_EQ(c->dtype, "bfloat16");
     }
     EXPECT_EQ(a.rope(3).inv_freq(16), b.rope(3).inv_freq(16));
     // YaRN leaves the highest frequencies alone and divides the lowest by the factor.
