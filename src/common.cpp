@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace olmo {
@@ -24,6 +25,39 @@ std::string read_file(const std::string& path) {
 bool file_exists(const std::string& path) {
     struct stat st;
     return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Appends v to out, descending at most `depth` more levels and stopping once out is longer
+// than `max`, so the work is bounded whatever the value holds.
+static void append_excerpt(const nlohmann::json& v, int depth, size_t max, std::string& out) {
+    using json = nlohmann::json;
+    const auto replace = json::error_handler_t::replace;  // invalid UTF-8 must not throw here
+    if (v.is_string()) {
+        const std::string& s = v.get_ref<const std::string&>();
+        out += json(s.substr(0, max + 1)).dump(-1, ' ', false, replace);
+        return;
+    }
+    if (!v.is_structured()) { out += v.dump(); return; }   // number, bool, null: flat
+    const char open = v.is_array() ? '[' : '{', close = v.is_array() ? ']' : '}';
+    if (v.empty() || depth == 0) {
+        out += v.empty() ? std::string{open, close} : std::string{open} + "..." + close;
+        return;
+    }
+    out += open;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+        if (it != v.begin()) out += ", ";
+        if (out.size() > max) { out += "..."; break; }
+        if (v.is_object()) out += json(it.key().substr(0, max + 1)).dump(-1, ' ', false, replace) + ": ";
+        append_excerpt(*it, depth - 1, max, out);
+    }
+    out += close;
+}
+
+std::string json_excerpt(const nlohmann::json& v, size_t max_chars) {
+    std::string out;
+    append_excerpt(v, 3, max_chars, out);
+    if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
+    return out;
 }
 
 }  // namespace olmo

@@ -5,6 +5,7 @@
 // line and exits non-zero. Nothing in the engine calls exit() or abort() on bad input.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -19,5 +20,11 @@ struct Error : std::runtime_error {
 // Reads a whole file into a string; fails with a clear message when it cannot.
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);
+
+// A short excerpt of a JSON value for an error message: at most about `max_chars` characters,
+// nested values shown only a few levels deep. Every error that quotes a value from a file
+// uses this, never json::dump(): dump() recurses once per nesting level, so a value nested
+// 100000 deep would overflow the stack while we report it.
+std::string json_excerpt(const nlohmann::json& v, size_t max_chars = 60);
 
 }  // namespace olmo

@@ -41,13 +41,13 @@ struct Reader {
     bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
     int get_int(const char* k) const {
         if (!has(k)) fail(where + ": missing \"" + k + "\"");
-        if (!j[k].is_number_integer()) fail(where + ": \"" + k + "\" must be an integer, got " + j[k].dump());
+        if (!j[k].is_number_integer()) fail(where + ": \"" + k + "\" must be an integer, got " + json_excerpt(j[k]));
         return j[k].get<int>();
     }
     int get_int(const char* k, int dflt) const { return has(k) ? get_int(k) : dflt; }
     float get_float(const char* k, float dflt) const {
         if (!has(k)) return dflt;
-        if (!j[k].is_number()) fail(where + ": \"" + k + "\" must be a number, got " + j[k].dump());
+        if (!j[k].is_number()) fail(where + ": \"" + k + "\" must be a number, got " + json_excerpt(j[k]));
         return j[k].get<float>();
     }
 };
@@ -57,7 +57,7 @@ RopeConfig parse_rope(const json& p, float theta, int max_pos, const std::string
     RopeConfig r;
     r.theta = theta;
     if (p.is_null()) return r;
-    if (!p.is_object()) fail(where + ": rope parameters must be an object, got " + p.dump());
+    if (!p.is_object()) fail(where + ": rope parameters must be an object, got " + json_excerpt(p));
     Reader rd{p, where};
     r.theta = rd.get_float("rope_theta", theta);
     std::string type = "default";
@@ -82,13 +82,20 @@ RopeConfig parse_rope(const json& p, float theta, int max_pos, const std::string
     return r;
 }
 
+// obj[k], or null when absent, without copying: a copy of a value nested 100000 deep would
+// recurse that deep (json::value(k, default) copies).
+const json& member_or_null(const json& obj, const char* k) {
+    static const json null;
+    return obj.is_object() && obj.contains(k) ? obj[k] : null;
+}
+
 std::vector<int> parse_ids(const json& v, const std::string& where) {
     std::vector<int> ids;
     if (v.is_null()) return ids;
     if (v.is_number_integer()) return {v.get<int>()};
-    if (!v.is_array()) fail(where + ": eos_token_id must be an integer or a list, got " + v.dump());
+    if (!v.is_array()) fail(where + ": eos_token_id must be an integer or a list, got " + json_excerpt(v));
     for (auto& x : v) {
-        if (!x.is_number_integer()) fail(where + ": eos_token_id list holds a non-integer " + x.dump());
+        if (!x.is_number_integer()) fail(where + ": eos_token_id list holds a non-integer " + json_excerpt(x));
         ids.push_back(x.get<int>());
     }
     return ids;
@@ -135,7 +142,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
     if (c.family == Family::Olmo1) c.clip_qkv = rd.get_float("clip_qkv", 0.0f);
     if (c.clip_qkv < 0) fail(where + ": clip_qkv must be >= 0");
     c.tie_embeddings = j.value("tie_word_embeddings", false);
-    c.eos_ids = parse_ids(j.value("eos_token_id", json()), where);
+    c.eos_ids = parse_ids(member_or_null(j, "eos_token_id"), where);
 
     // Layer types: OLMo-3 alternates 3 sliding + 1 full unless layer_types says otherwise.
     c.layer_sliding.assign(c.n_layers, false);
@@ -148,7 +155,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
             for (int i = 0; i < c.n_layers; i++) {
                 std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
                 if (t != "sliding_attention" && t != "full_attention")
-                    fail(where + ": unknown layer type " + lt[i].dump());
+                    fail(where + ": unknown layer type " + json_excerpt(lt[i]));
                 c.layer_sliding[i] = t == "sliding_attention";
             }
         } else {
@@ -165,13 +172,13 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
         const json& rp = j["rope_parameters"];
         if (!rp.is_object()) fail(where + ": rope_parameters must be an object");
         if (rp.contains("full_attention") || rp.contains("sliding_attention")) {
-            c.rope_full = parse_rope(rp.value("full_attention", json()), theta, c.max_pos, where);
-            c.rope_sliding = parse_rope(rp.value("sliding_attention", json()), theta, c.max_pos, where);
+            c.rope_full = parse_rope(member_or_null(rp, "full_attention"), theta, c.max_pos, where);
+            c.rope_sliding = parse_rope(member_or_null(rp, "sliding_attention"), theta, c.max_pos, where);
         } else {
             c.rope_full = c.rope_sliding = parse_rope(rp, theta, c.max_pos, where);
         }
     } else {
-        c.rope_full = parse_rope(j.value("rope_scaling", json()), theta, c.max_pos, where);
+        c.rope_full = parse_rope(member_or_null(j, "rope_scaling"), theta, c.max_pos, where);
         // OLMo-3 applies rope_scaling (YaRN) on full-attention layers only.
         c.rope_sliding = c.family == Family::Olmo3 ? parse_rope(json(), theta, c.max_pos, where) : c.rope_full;
     }

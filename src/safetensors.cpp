@@ -89,7 +89,7 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     for (auto& [name, entry] : header.items()) {
         if (name == "__metadata__") {
             if (entry.is_object())
-                for (auto& [k, v] : entry.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
+                for (auto& [k, v] : entry.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : json_excerpt(v);
             continue;
         }
         const std::string where = path + ": tensor \"" + name + "\"";
@@ -104,11 +104,11 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
         const json& offs = entry["data_offsets"];
         if (!shape.is_array()) fail(where + ": shape is not an array");
         for (auto& d : shape) {
-            if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(where + ": bad shape " + shape.dump());
+            if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(where + ": bad shape " + json_excerpt(shape));
             t.shape.push_back(d.get<int64_t>());
         }
         if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
-            fail(where + ": data_offsets must be two non-negative integers, got " + offs.dump());
+            fail(where + ": data_offsets must be two non-negative integers, got " + json_excerpt(offs));
         uint64_t b = offs[0].get<uint64_t>(), e = offs[1].get<uint64_t>();
         if (b > e || e > data_size)
             fail(where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +

@@ -275,7 +275,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         for (const char* opt : {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback", "ignore_merges"}) {
             auto it = model.find(opt);
             if (it != model.end() && !it->is_null() && *it != false && *it != "")
-                bad(std::string("BPE option \"") + opt + "\": " + it->dump() + " is not supported");
+                bad(std::string("BPE option \"") + opt + "\": " + json_excerpt(*it) + " is not supported");
         }
         for (const char* opt : {"truncation", "padding"})
             if (!optional(opt).is_null()) bad(std::string("\"") + opt + "\" is not supported");
@@ -283,7 +283,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         // Normalizer: NFC or none.
         const json& norm = optional("normalizer");
         nfc_ = type_of(norm) == "NFC";
-        if (!norm.is_null() && !nfc_) bad("normalizer " + norm.dump() + " is not supported (only NFC or none)");
+        if (!norm.is_null() && !nfc_) bad("normalizer " + json_excerpt(norm) + " is not supported (only NFC or none)");
 
         // Pre-tokenizer: ByteLevel with its GPT-2 regex, or Split(regex) then ByteLevel without.
         // A Split that keeps the matches (Removed + invert, or Isolated) is the same as the
@@ -304,13 +304,13 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         };
         const json& seq = type_of(pre) == "Sequence" ? member(pre, "pretokenizers", "pre_tokenizer") : null;
         if (!byte_level(pre, true) && !(seq.size() == 2 && split(seq[0]) && byte_level(seq[1], false)))
-            bad("pre_tokenizer " + pre.dump() +
+            bad("pre_tokenizer " + json_excerpt(pre) +
                 " is not supported (only ByteLevel, or Split with the GPT-2 or cl100k regex then ByteLevel)");
 
         const json& dec = member(j, "decoder", "the top level");
-        if (type_of(dec) != "ByteLevel") bad("decoder " + dec.dump() + " is not supported (only ByteLevel)");
+        if (type_of(dec) != "ByteLevel") bad("decoder " + json_excerpt(dec) + " is not supported (only ByteLevel)");
         if (!post_processor_adds_nothing(optional("post_processor")))
-            bad("post_processor " + optional("post_processor").dump() + " adds tokens; not supported");
+            bad("post_processor " + json_excerpt(optional("post_processor")) + " adds tokens; not supported");
 
         // Vocabulary: byte strings for BPE, and what each id decodes to.
         const json& vocab = member(model, "vocab", "model");
@@ -353,7 +353,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
                 left = m[0].get<std::string>();
                 right = m[1].get<std::string>();
             } else {
-                bad("merge " + std::to_string(rank) + " " + m.dump() + " is not \"left right\" or [left, right]");
+                bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " is not \"left right\" or [left, right]");
             }
             auto l = bytes_to_id.end(), r = l, merged = l;
             if (byte_level_to_bytes(left, &lb) && byte_level_to_bytes(right, &rb)) {

@@ -115,6 +115,29 @@ TEST(Config, Errors) {
     expect_error([&] { parse_config(j.dump(), "c.json"); }, {"unsupported rope type \"longrope\""});
 }
 
+// A JSON value nested 100000 levels deep: parsing it is fine (nlohmann's parser is iterative),
+// but quoting it in an error message with json::dump() would recurse that deep.
+std::string deeply_nested() { return std::string(100000, '[') + std::string(100000, ']'); }
+
+// Puts `raw` (JSON text) as the value of `key` in the JSON object text `obj`.
+std::string with_raw(const json& obj, const std::string& key, const std::string& raw) {
+    std::string s = obj.dump();
+    return s.substr(0, s.size() - 1) + ",\"" + key + "\":" + raw + "}";
+}
+
+TEST(Config, DeeplyNestedValuesAreCleanErrors) {
+    json j = olmo2_config();
+    j.erase("hidden_size");
+    expect_error([&] { parse_config(with_raw(j, "hidden_size", deeply_nested()), "c.json"); },
+                 {"c.json", "\"hidden_size\" must be an integer, got [[[[...]]]]"});
+    j = olmo2_config();
+    j.erase("eos_token_id");
+    expect_error([&] { parse_config(with_raw(j, "eos_token_id", deeply_nested()), "c.json"); }, {"c.json", "eos_token_id"});
+    j = olmo2_config();
+    expect_error([&] { parse_config(with_raw(j, "rope_scaling", "[" + deeply_nested() + "]"), "c.json"); },
+                 {"c.json", "rope parameters must be an object"});
+}
+
 TEST(Config, GenerationConfigOverridesEos) {
     std::string d = temp_dir();
     write(d + "/config.json", olmo2_config().dump());
@@ -170,6 +193,20 @@ TEST(SafeTensors, BrokenFiles) {
     // A good file cut short: the last tensor's data now lies past the end.
     std::string good = safetensors_bytes({{"a", entry("F32", {4}, {0, 16})}}, data);
     bad(good.substr(0, good.size() - 5), {"out of range", "truncated"});
+}
+
+TEST(SafeTensors, DeeplyNestedHeaderValuesAreCleanErrors) {
+    std::string d = temp_dir();
+    const std::string bad = d + "/bad.safetensors";
+    json a = {{"dtype", "F32"}, {"data_offsets", {0, 0}}};
+    std::string header = "{\"a\":" + with_raw(a, "shape", deeply_nested()) + "}";
+    write(bad, safetensors_bytes_raw(header, ""));
+    expect_error([&] { SafeTensorsFile f(bad); }, {bad, "tensor \"a\"", "bad shape [[[[...]]]]"});
+    // Non-string metadata (outside the format) is kept as a short excerpt.
+    header = "{\"__metadata__\":{\"deep\":" + deeply_nested() + "}}";
+    write(bad, safetensors_bytes_raw(header, ""));
+    SafeTensorsFile f(bad);
+    EXPECT_EQ(f.metadata().at("deep"), "[[[[...]]]]");
 }
 
 TEST(Checkpoint, MissingTensorWrongShapeAndShards) {

@@ -250,6 +250,10 @@ TEST(BpeTokenizer, BadFilesGiveClearErrors) {
         return j.dump();
     };
     expect_error("not_json", "{\"model\": {\"type\": \"BPE\", ", "malformed JSON");
+    // A value nested 100000 deep is quoted as a short excerpt (json::dump() would overflow the stack).
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    std::string text = without("", "normalizer");
+    expect_error("deep", text.substr(0, text.size() - 1) + ",\"normalizer\":" + deep + "}", "normalizer [[[[...]]]] is not supported");
     expect_error("wordpiece", with("/model/type", "WordPiece"), "model type \"WordPiece\" is not supported");
     expect_error("no_model", without("", "model"), "missing \"model\"");
     expect_error("no_vocab", without("/model", "vocab"), "missing \"vocab\"");
