@@ -129,13 +129,39 @@ TEST(Config, DeeplyNestedValuesAreCleanErrors) {
     json j = olmo2_config();
     j.erase("hidden_size");
     expect_error([&] { parse_config(with_raw(j, "hidden_size", deeply_nested()), "c.json"); },
-                 {"c.json", "\"hidden_size\" must be an integer, got [[[[...]]]]"});
+                 {"c.json", "\"hidden_size\" must be an integer", "got [[[[...]]]]"});
     j = olmo2_config();
     j.erase("eos_token_id");
     expect_error([&] { parse_config(with_raw(j, "eos_token_id", deeply_nested()), "c.json"); }, {"c.json", "eos_token_id"});
     j = olmo2_config();
     expect_error([&] { parse_config(with_raw(j, "rope_scaling", "[" + deeply_nested() + "]"), "c.json"); },
                  {"c.json", "rope parameters must be an object"});
+}
+
+// Integers are read as int64 and range-checked: get<int>() would run 2^32 + 256 as 256.
+TEST(Config, IntegersAreRangeChecked) {
+    json j = olmo2_config();
+    j["hidden_size"] = 4294967552LL;   // 2^32 + 256
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "\"hidden_size\"", "[1, 1048576]", "4294967552"});
+    j["hidden_size"] = 1.5;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "\"hidden_size\" must be an integer", "1.5"});
+    j["hidden_size"] = 0;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"\"hidden_size\"", "got 0"});
+    j = olmo2_config();
+    j["vocab_size"] = 18446744073709551615ULL;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"\"vocab_size\"", "18446744073709551615"});
+    j = olmo2_config();
+    j["eos_token_id"] = {1, -1};
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "eos_token_id entry", "got -1"});
+    j["eos_token_id"] = 2147483648LL;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"eos_token_id", "2147483648"});
+    // Each factor in range, the product not: 65536 heads x 65536 would wrap int q_dim() to 0.
+    j = olmo2_config();
+    j["num_attention_heads"] = j["num_key_value_heads"] = 65536;
+    j["head_dim"] = 1024;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "num_attention_heads x head_dim", "above the limit"});
+    j["head_dim"] = 65536;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "\"head_dim\"", "[1, 1024]"});
 }
 
 TEST(Config, GenerationConfigOverridesEos) {
