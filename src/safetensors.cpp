@@ -49,6 +49,16 @@ std::string TensorView::shape_str() const {
     return s + "]";
 }
 
+// Bytes of a tensor of this shape and dtype, or an error when the product overflows 64 bits:
+// a wrapped product ([2^32, 2^32] F32 -> 0) would pass the size check against data_offsets.
+static uint64_t tensor_bytes(const TensorView& t, const std::string& where) {
+    uint64_t bytes = dtype_size(t.dtype);
+    for (int64_t d : t.shape)   // each d >= 0, checked when the shape was read
+        if (__builtin_mul_overflow(bytes, (uint64_t)d, &bytes))
+            fail(where + ": shape " + t.shape_str() + " is too large (its byte count overflows 64 bits)");
+    return bytes;
+}
+
 static DType parse_dtype(const std::string& s, const std::string& where) {
     if (s == "F32") return DType::F32;
     if (s == "F16") return DType::F16;
@@ -113,9 +123,10 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
         if (b > e || e > data_size)
             fail(where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
                  "] out of range (data section is " + std::to_string(data_size) + " bytes: truncated file?)");
-        if (e - b != (uint64_t)t.numel() * dtype_size(t.dtype))
+        const uint64_t need = tensor_bytes(t, where);
+        if (e - b != need)
             fail(where + ": data_offsets span " + std::to_string(e - b) + " bytes but " + dtype_name(t.dtype) +
-                 " x " + t.shape_str() + " needs " + std::to_string(t.numel() * dtype_size(t.dtype)));
+                 " x " + t.shape_str() + " needs " + std::to_string(need));
         t.data = data + b;
         t.offset = 8 + n + b;
         ranges.push_back({b, e});

@@ -216,6 +216,10 @@ TEST(SafeTensors, BrokenFiles) {
     bad(safetensors_bytes({{"a", entry("F32", {2}, {0, 8})}, {"b", entry("F32", {2}, {4, 12})}}, data), {"overlap"});
     bad(safetensors_bytes({{"a", entry("F32", {2}, {8, 4})}}, data), {"out of range"});
     bad(safetensors_bytes({{"a", {{"dtype", "F32"}, {"shape", {2}}}}}, data), {"data_offsets"});
+    // Shapes whose byte count wraps to 0 in 64 bits must not pass as empty tensors.
+    auto huge = [](json shape) { return json{{"a", {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {0, 0}}}}}; };
+    bad(safetensors_bytes(huge({1LL << 32, 1LL << 32}), ""), {"tensor \"a\"", "shape [4294967296, 4294967296] is too large"});
+    bad(safetensors_bytes(huge({1LL << 62}), ""), {"tensor \"a\"", "is too large"});
     // A good file cut short: the last tensor's data now lies past the end.
     std::string good = safetensors_bytes({{"a", entry("F32", {4}, {0, 16})}}, data);
     bad(good.substr(0, good.size() - 5), {"out of range", "truncated"});
