@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
@@ -85,9 +86,17 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     if (n > size_ - 8)
         fail(path + ": header length " + std::to_string(n) + " runs past the end of the file (" +
              std::to_string(size_) + " bytes): truncated or not a safetensors file");
+    // nlohmann keeps the last of two equal keys; a tensor listed twice is a broken header, so
+    // the parser's callback sees every top-level key and refuses a repeat.
+    std::set<std::string> names;
+    auto no_repeats = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+            fail(path + ": tensor \"" + parsed.get<std::string>() + "\" appears twice in the header");
+        return true;
+    };
     json header;
     try {
-        header = json::parse(bytes + 8, bytes + 8 + n);
+        header = json::parse(bytes + 8, bytes + 8 + n, no_repeats);
     } catch (const json::exception& e) {
         fail(path + ": malformed JSON header: " + e.what());
     }
@@ -165,6 +174,8 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
             if (std::find(shards.begin(), shards.end(), f) == shards.end()) shards.push_back(f);
         }
         for (const auto& f : shards) files_.push_back(std::make_unique<SafeTensorsFile>(dir + "/" + f));
+        // Each tensor comes from the shard the index names, even when another shard holds a
+        // tensor of the same name too: the index is the checkpoint's table of contents.
         for (auto& [name, file] : j["weight_map"].items()) {
             const std::string path = dir + "/" + file.get<std::string>();
             for (auto& sf : files_)

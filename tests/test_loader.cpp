@@ -216,6 +216,8 @@ TEST(SafeTensors, BrokenFiles) {
     bad(safetensors_bytes({{"a", entry("F32", {2}, {0, 8})}, {"b", entry("F32", {2}, {4, 12})}}, data), {"overlap"});
     bad(safetensors_bytes({{"a", entry("F32", {2}, {8, 4})}}, data), {"out of range"});
     bad(safetensors_bytes({{"a", {{"dtype", "F32"}, {"shape", {2}}}}}, data), {"data_offsets"});
+    std::string e = entry("F32", {1}, {0, 4}).dump();
+    bad(safetensors_bytes_raw("{\"a\":" + e + ",\"a\":" + e + "}", data), {"tensor \"a\" appears twice"});
     // Shapes whose byte count wraps to 0 in 64 bits must not pass as empty tensors.
     auto huge = [](json shape) { return json{{"a", {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {0, 0}}}}}; };
     bad(safetensors_bytes(huge({1LL << 32, 1LL << 32}), ""), {"tensor \"a\"", "shape [4294967296, 4294967296] is too large"});
@@ -252,6 +254,14 @@ TEST(Checkpoint, MissingTensorWrongShapeAndShards) {
     EXPECT_EQ(to_f32(c.get("w2", {2, 2}))[3], 4.0f);
     expect_error([&] { c.get("w3", {2, 2}); }, {"missing tensor \"w3\""});
     expect_error([&] { c.get("w1", {4}); }, {"s1.safetensors", "\"w1\" has shape [2, 2] but the config needs [4]"});
+    // Both shards hold "w1": the one the index names wins.
+    float g[4] = {5, 6, 7, 8};
+    write(d + "/s2.safetensors", safetensors_bytes({{"w1", e}, {"w2", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {16, 32}}}}},
+                                                   std::string((char*)g, 16) + data));
+    write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s2.safetensors"}, {"w2", "s2.safetensors"}}}}.dump());
+    EXPECT_EQ(to_f32(Checkpoint(d).get("w1", {2, 2}))[0], 5.0f);
+    write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s1.safetensors"}, {"w2", "s2.safetensors"}}}}.dump());
+    EXPECT_EQ(to_f32(Checkpoint(d).get("w1", {2, 2}))[0], 1.0f);
     write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s1.safetensors"}, {"w9", "s2.safetensors"}}}}.dump());
     expect_error([&] { Checkpoint c2(d); }, {"\"w9\"", "not in the file"});
     write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s3.safetensors"}}}}.dump());
