@@ -11,10 +11,12 @@
 
 namespace olmo {
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, bool allow_pipe) {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) fail(path + ": cannot open (" + std::strerror(errno) + ")");
     if (S_ISDIR(st.st_mode)) fail(path + ": is a directory, expected a file");
+    // Reading a FIFO or a device could wait forever; model files are always plain files.
+    if (!S_ISREG(st.st_mode) && !allow_pipe) fail(path + ": not a regular file");
     std::ifstream f(path, std::ios::binary);
     if (!f) fail(path + ": cannot open for reading");
     std::stringstream ss;

@@ -17,8 +17,9 @@ struct Error : std::runtime_error {
 
 [[noreturn]] inline void fail(const std::string& msg) { throw Error(msg); }
 
-// Reads a whole file into a string; fails with a clear message when it cannot.
-std::string read_file(const std::string& path);
+// Reads a whole file into a string; fails with a clear message when it cannot. Only a
+// regular file unless allow_pipe (prompt files may be pipes: -f <(cmd), /dev/stdin).
+std::string read_file(const std::string& path, bool allow_pipe = false);
 bool file_exists(const std::string& path);
 
 // A short excerpt of a JSON value for an error message: at most about `max_chars` characters,

@@ -70,7 +70,9 @@ static DType parse_dtype(const std::string& s, const std::string& where) {
 }
 
 SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
-    int fd = open(path.c_str(), O_RDONLY);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait forever for a writer; the
+    // fstat below then refuses anything but a regular file (for which the flag changes nothing).
+    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) fail(path + ": cannot open (" + std::strerror(errno) + ")");
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); fail(path + ": not a regular file"); }
@@ -157,6 +159,19 @@ const TensorView* SafeTensorsFile::find(const std::string& name) const {
     return it == tensors_.end() ? nullptr : &it->second;
 }
 
+// A shard named by an index must be a plain relative path inside the model folder: no
+// absolute path and no ".." component, so an index cannot make us read files elsewhere.
+static void check_shard_name(const std::string& index, const std::string& tensor, const std::string& file) {
+    bool inside = !file.empty() && file[0] != '/';
+    for (size_t begin = 0; inside && begin <= file.size();) {
+        size_t end = std::min(file.find('/', begin), file.size());
+        inside = file.compare(begin, end - begin, "..") != 0;
+        begin = end + 1;
+    }
+    if (!inside)
+        fail(index + ": weight_map[\"" + tensor + "\"] = \"" + file + "\" is not a file name inside the model folder");
+}
+
 Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
     std::vector<std::string> shards;
@@ -171,6 +186,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
         for (auto& [name, file] : j["weight_map"].items()) {
             if (!file.is_string()) fail(index + ": weight_map[\"" + name + "\"] is not a file name");
             std::string f = file.get<std::string>();
+            check_shard_name(index, name, f);
             if (std::find(shards.begin(), shards.end(), f) == shards.end()) shards.push_back(f);
         }
         for (const auto& f : shards) files_.push_back(std::make_unique<SafeTensorsFile>(dir + "/" + f));

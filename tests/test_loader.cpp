@@ -264,10 +264,29 @@ TEST(Checkpoint, MissingTensorWrongShapeAndShards) {
     EXPECT_EQ(to_f32(Checkpoint(d).get("w1", {2, 2}))[0], 1.0f);
     write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s1.safetensors"}, {"w9", "s2.safetensors"}}}}.dump());
     expect_error([&] { Checkpoint c2(d); }, {"\"w9\"", "not in the file"});
+    // Shard names must stay inside the model folder.
+    write(d + "/../outside.safetensors", safetensors_bytes({{"w1", e}}, data));
+    for (std::string outside : {"../outside.safetensors", "/etc/passwd", "../../etc/passwd", "sub/../../outside.safetensors", ".."}) {
+        write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", outside}}}}.dump());
+        expect_error([&] { Checkpoint c2(d); }, {"model.safetensors.index.json", "weight_map[\"w1\"] = \"" + outside + "\"",
+                                                 "not a file name inside the model folder"});
+    }
+    std::remove((d + "/../outside.safetensors").c_str());
     write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s3.safetensors"}}}}.dump());
     expect_error([&] { Checkpoint c2(d); }, {"s3.safetensors", "cannot open"});
 }
 
+
+// A FIFO in place of a file is refused at once (opening it for reading used to wait forever).
+TEST(Checkpoint, FifoIsACleanErrorNotAHang) {
+    std::string d = temp_dir();
+    ASSERT_EQ(mkfifo((d + "/model.safetensors").c_str(), 0600), 0);
+    expect_error([&] { SafeTensorsFile f(d + "/model.safetensors"); }, {d + "/model.safetensors", "not a regular file"});
+    write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "model.safetensors"}}}}.dump());
+    expect_error([&] { Checkpoint c(d); }, {d + "/model.safetensors", "not a regular file"});
+    ASSERT_EQ(mkfifo((d + "/config.json").c_str(), 0600), 0);
+    expect_error([&] { load_config(d); }, {d + "/config.json", "not a regular file"});
+}
 
 // --- the weight table ---
 
