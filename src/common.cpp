@@ -55,6 +55,18 @@ static void append_excerpt(const nlohmann::json& v, int depth, size_t max, std::
     out += close;
 }
 
+// The number is range-checked before narrowing: get<int>() would wrap 2^32 + 256 to 256
+// without a word, and would truncate 1.5 to 1.
+int json_int(const nlohmann::json& v, int64_t lo, int64_t hi, const std::string& what) {
+    const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    if (!v.is_number_integer()) fail(what + " must be an integer in " + range + ", got " + json_excerpt(v));
+    // (nlohmann stores a non-negative literal as uint64, which may not fit int64.)
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= (uint64_t)hi && (int64_t)v.get<uint64_t>() >= lo
+                                             : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    if (!fits) fail(what + " must be an integer in " + range + ", got " + json_excerpt(v));
+    return (int)v.get<int64_t>();
+}
+
 std::string json_excerpt(const nlohmann::json& v, size_t max_chars) {
     std::string out;
     append_excerpt(v, 3, max_chars, out);

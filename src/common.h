@@ -28,4 +28,10 @@ bool file_exists(const std::string& path);
 // 100000 deep would overflow the stack while we report it.
 std::string json_excerpt(const nlohmann::json& v, size_t max_chars = 60);
 
+// v as an integer in [lo, hi], or an error "<what> must be an integer in [lo, hi], got ...".
+int json_int(const nlohmann::json& v, int64_t lo, int64_t hi, const std::string& what);
+
+// The largest vocabulary a config or tokenizer may state (token ids are below it).
+constexpr int64_t kMaxVocabSize = 1 << 24;
+
 }  // namespace olmo

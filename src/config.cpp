@@ -34,26 +34,13 @@ std::vector<float> RopeConfig::inv_freq(int head_dim) const {
 
 namespace {
 
-// Limits on the sizes a config may state. They are far above any OLMo (hidden 8192, vocab
-// 100k, 128 heads of 128) and low enough that products such as n_heads * head_dim and the
+// Limits on the sizes a config may state (and kMaxVocabSize, in common.h). They are far above
+// any OLMo (hidden 8192, vocab 100k, 128 heads of 128) and low enough that products such as n_heads * head_dim and the
 // row sizes the engine computes in int cannot overflow.
 constexpr int64_t kMaxDim = 1 << 20;        // hidden, intermediate, q_dim, kv_dim, heads, layers
 constexpr int64_t kMaxHeadDim = 1024;
-constexpr int64_t kMaxVocab = 1 << 24;
 constexpr int64_t kMaxPositions = 1 << 24;  // max_position_embeddings, sliding_window
 constexpr int64_t kMaxTokenId = INT32_MAX;  // eos ids are stored as int
-
-// v as an integer in [lo, hi], or an error naming `what`. JSON numbers are read as int64 and
-// range-checked before narrowing: get<int>() would wrap 2^32 + 256 to 256 without a word.
-int checked_int(const json& v, int64_t lo, int64_t hi, const std::string& what) {
-    const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-    if (!v.is_number_integer()) fail(what + " must be an integer in " + range + ", got " + json_excerpt(v));
-    // (nlohmann stores a non-negative literal as uint64, which may not fit int64.)
-    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= (uint64_t)hi && (int64_t)v.get<uint64_t>() >= lo
-                                             : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
-    if (!fits) fail(what + " must be an integer in " + range + ", got " + json_excerpt(v));
-    return (int)v.get<int64_t>();
-}
 
 // Typed field access with errors that name the file and the key.
 struct Reader {
@@ -62,7 +49,7 @@ struct Reader {
     bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
     int get_int(const char* k, int64_t lo, int64_t hi) const {
         if (!has(k)) fail(where + ": missing \"" + k + "\"");
-        return checked_int(j[k], lo, hi, where + ": \"" + k + "\"");
+        return json_int(j[k], lo, hi, where + ": \"" + k + "\"");
     }
     int get_int(const char* k, int dflt, int64_t lo, int64_t hi) const { return has(k) ? get_int(k, lo, hi) : dflt; }
     float get_float(const char* k, float dflt) const {
@@ -113,10 +100,10 @@ std::vector<int> parse_ids(const json& v, const std::string& where) {
     std::vector<int> ids;
     if (v.is_null()) return ids;
     const std::string what = where + ": eos_token_id";
-    if (v.is_number_integer()) return {checked_int(v, 0, kMaxTokenId, what)};
+    if (v.is_number_integer()) return {json_int(v, 0, kMaxTokenId, what)};
     if (!v.is_array()) fail(where + ": eos_token_id must be an integer or a list, got " + json_excerpt(v));
     for (auto& x : v) {
-        ids.push_back(checked_int(x, 0, kMaxTokenId, what + " entry"));
+        ids.push_back(json_int(x, 0, kMaxTokenId, what + " entry"));
     }
     return ids;
 }
@@ -145,7 +132,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
     c.n_layers = rd.get_int("num_hidden_layers", 1, kMaxDim);
     c.n_heads = rd.get_int("num_attention_heads", 1, kMaxDim);
     c.n_kv_heads = rd.get_int("num_key_value_heads", c.n_heads, 1, kMaxDim);
-    c.vocab = rd.get_int("vocab_size", 1, kMaxVocab);
+    c.vocab = rd.get_int("vocab_size", 1, kMaxVocabSize);
     c.max_pos = rd.get_int("max_position_embeddings", 2048, 1, kMaxPositions);
     c.head_dim = rd.get_int("head_dim", c.hidden / c.n_heads, 1, kMaxHeadDim);
     if (c.head_dim <= 0 || c.head_dim % 2) fail(where + ": head_dim must be positive and even, got " + std::to_string(c.head_dim));

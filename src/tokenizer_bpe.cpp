@@ -316,7 +316,6 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         const json& vocab = member(model, "vocab", "model");
         if (!vocab.is_object() || vocab.empty()) bad("model.vocab is not a non-empty object");
         auto set_decoding = [&](int id, const std::string& token) {  // as the ByteLevel decoder does
-            if (id < 0) bad("token \"" + token + "\" has a negative id");
             if (id >= (int)id_bytes_.size()) {
                 id_bytes_.resize(id + 1);
                 special_.resize(id + 1, 0);
@@ -327,8 +326,9 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         std::unordered_map<std::string, int> bytes_to_id;
         std::string bytes;
         for (const auto& [token, id] : vocab.items()) {
-            set_decoding(id.get<int>(), token);
-            if (byte_level_to_bytes(token, &bytes)) bytes_to_id.emplace(bytes, id.get<int>());
+            const int checked = json_int(id, 0, kMaxVocabSize - 1, path + ": id of token \"" + token + "\"");
+            set_decoding(checked, token);
+            if (byte_level_to_bytes(token, &bytes)) bytes_to_id.emplace(bytes, checked);
         }
         for (int b = 0; b < 256; b++) {  // (the bytes missing from OLMo-1's vocab never occur in UTF-8)
             auto it = bytes_to_id.find(std::string(1, (char)b));
@@ -369,7 +369,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         // Added tokens: ids that override the vocabulary, cut out of the text before BPE.
         const json& added = optional("added_tokens");
         for (const json& t : added.is_null() ? json::array() : added) {
-            const int id = member(t, "id", "an added token").get<int>();
+            const int id = json_int(member(t, "id", "an added token"), 0, kMaxVocabSize - 1, path + ": id of an added token");
             const std::string content = member(t, "content", "an added token").get<std::string>();
             for (const char* flag : {"single_word", "lstrip", "rstrip"})
                 if (t.value(flag, false)) bad("added token \"" + content + "\": \"" + flag + "\": true is not supported");

@@ -272,6 +272,10 @@ TEST(BpeTokenizer, BadFilesGiveClearErrors) {
         {{"SpecialToken", {{"id", "<|end|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}),
         "post_processor");
     expect_error("lstrip", with("/added_tokens/0/lstrip", true), "\"lstrip\": true is not supported");
+    // Ids are range-checked integers: 2^32 + 5 must not wrap to 5, nor 1.5 truncate to 1.
+    expect_error("id_wraps", with("/model/vocab/a", 4294967301LL), "id of token \"a\" must be an integer in [0, 16777215]");
+    expect_error("id_fraction", with("/model/vocab/a", 1.5), "id of token \"a\" must be an integer");
+    expect_error("added_id", with("/added_tokens/0/id", -1), "id of an added token must be an integer");
     expect_error("vocab_type", with("/model/vocab", json::array()), "model.vocab");
     try {
         olmo::load_bpe_tokenizer("tests/tokenizers/no_such_file.json");
