@@ -243,12 +243,16 @@ namespace {
 std::string type_of(const json& p) { return p.is_object() ? p.value("type", "") : ""; }
 
 // A post-processor that adds nothing to the ids (encode() never adds special tokens).
-bool post_processor_adds_nothing(const json& p) {
+// Sequences nest; past a few levels we stop looking (and refuse) rather than recurse as deep
+// as the file says, which could overflow the stack.
+bool post_processor_adds_nothing(const json& p, int depth = 0) {
+    if (depth > 8) return false;
     const std::string type = type_of(p);
     if (p.is_null() || type == "ByteLevel") return true;  // ByteLevel only trims offsets
     if (type == "TemplateProcessing") return p.at("single").size() == 1 && p.at("single")[0].contains("Sequence");
     if (type == "Sequence")
-        return std::all_of(p.at("processors").begin(), p.at("processors").end(), post_processor_adds_nothing);
+        return std::all_of(p.at("processors").begin(), p.at("processors").end(),
+                           [&](const json& q) { return post_processor_adds_nothing(q, depth + 1); });
     return false;
 }
 

@@ -272,6 +272,12 @@ TEST(BpeTokenizer, BadFilesGiveClearErrors) {
         {{"SpecialToken", {{"id", "<|end|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}),
         "post_processor");
     expect_error("lstrip", with("/added_tokens/0/lstrip", true), "\"lstrip\": true is not supported");
+    std::string seq;   // post_processor Sequences nested 100000 deep
+    for (int i = 0; i < 100000; i++) seq += "{\"type\":\"Sequence\",\"processors\":[";
+    seq += "null";
+    for (int i = 0; i < 100000; i++) seq += "]}";
+    text = without("", "post_processor");
+    expect_error("deep_post", text.substr(0, text.size() - 1) + ",\"post_processor\":" + seq + "}", "post_processor");
     // Ids are range-checked integers: 2^32 + 5 must not wrap to 5, nor 1.5 truncate to 1.
     expect_error("id_wraps", with("/model/vocab/a", 4294967301LL), "id of token \"a\" must be an integer in [0, 16777215]");
     expect_error("id_fraction", with("/model/vocab/a", 1.5), "id of token \"a\" must be an integer");
