@@ -5,6 +5,7 @@
 // line and exits non-zero. Nothing in the engine calls exit() or abort() on bad input.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -16,8 +17,21 @@ struct Error : std::runtime_error {
 
 [[noreturn]] inline void fail(const std::string& msg) { throw Error(msg); }
 
-// Reads a whole file into a string; fails with a clear message when it cannot.
-std::string read_file(const std::string& path);
+// Reads a whole file into a string; fails with a clear message when it cannot. Only a
+// regular file unless allow_pipe (prompt files may be pipes: -f <(cmd), /dev/stdin).
+std::string read_file(const std::string& path, bool allow_pipe = false);
 bool file_exists(const std::string& path);
+
+// A short excerpt of a JSON value for an error message: at most about `max_chars` characters,
+// nested values shown only a few levels deep. Every error that quotes a value from a file
+// uses this, never json::dump(): dump() recurses once per nesting level, so a value nested
+// 100000 deep would overflow the stack while we report it.
+std::string json_excerpt(const nlohmann::json& v, size_t max_chars = 60);
+
+// v as an integer in [lo, hi], or an error "<what> must be an integer in [lo, hi], got ...".
+int json_int(const nlohmann::json& v, int64_t lo, int64_t hi, const std::string& what);
+
+// The largest vocabulary a config or tokenizer may state (token ids are below it).
+constexpr int64_t kMaxVocabSize = 1 << 24;
 
 }  // namespace olmo

@@ -34,20 +34,27 @@ std::vector<float> RopeConfig::inv_freq(int head_dim) const {
 
 namespace {
 
+// Limits on the sizes a config may state (and kMaxVocabSize, in common.h). They are far above
+// any OLMo (hidden 8192, vocab 100k, 128 heads of 128) and low enough that products such as n_heads * head_dim and the
+// row sizes the engine computes in int cannot overflow.
+constexpr int64_t kMaxDim = 1 << 20;        // hidden, intermediate, q_dim, kv_dim, heads, layers
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxPositions = 1 << 24;  // max_position_embeddings, sliding_window
+constexpr int64_t kMaxTokenId = INT32_MAX;  // eos ids are stored as int
+
 // Typed field access with errors that name the file and the key.
 struct Reader {
     const json& j;
     std::string where;
     bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
-    int get_int(const char* k) const {
+    int get_int(const char* k, int64_t lo, int64_t hi) const {
         if (!has(k)) fail(where + ": missing \"" + k + "\"");
-        if (!j[k].is_number_integer()) fail(where + ": \"" + k + "\" must be an integer, got " + j[k].dump());
-        return j[k].get<int>();
+        return json_int(j[k], lo, hi, where + ": \"" + k + "\"");
     }
-    int get_int(const char* k, int dflt) const { return has(k) ? get_int(k) : dflt; }
+    int get_int(const char* k, int dflt, int64_t lo, int64_t hi) const { return has(k) ? get_int(k, lo, hi) : dflt; }
     float get_float(const char* k, float dflt) const {
         if (!has(k)) return dflt;
-        if (!j[k].is_number()) fail(where + ": \"" + k + "\" must be a number, got " + j[k].dump());
+        if (!j[k].is_number()) fail(where + ": \"" + k + "\" must be a number, got " + json_excerpt(j[k]));
         return j[k].get<float>();
     }
 };
@@ -57,7 +64,7 @@ RopeConfig parse_rope(const json& p, float theta, int max_pos, const std::string
     RopeConfig r;
     r.theta = theta;
     if (p.is_null()) return r;
-    if (!p.is_object()) fail(where + ": rope parameters must be an object, got " + p.dump());
+    if (!p.is_object()) fail(where + ": rope parameters must be an object, got " + json_excerpt(p));
     Reader rd{p, where};
     r.theta = rd.get_float("rope_theta", theta);
     std::string type = "default";
@@ -67,7 +74,7 @@ RopeConfig parse_rope(const json& p, float theta, int max_pos, const std::string
     if (type != "yarn") fail(where + ": unsupported rope type \"" + type + "\" (supported: default, yarn)");
     r.yarn = true;
     r.factor = rd.get_float("factor", 1.0f);
-    r.original_max_pos = rd.get_int("original_max_position_embeddings", max_pos);
+    r.original_max_pos = rd.get_int("original_max_position_embeddings", max_pos, 1, kMaxPositions);
     r.beta_fast = rd.get_float("beta_fast", 32.0f);
     r.beta_slow = rd.get_float("beta_slow", 1.0f);
     if (r.factor <= 0 || r.original_max_pos <= 0) fail(where + ": YaRN needs factor > 0 and original_max_position_embeddings > 0");
@@ -82,14 +89,21 @@ RopeConfig parse_rope(const json& p, float theta, int max_pos, const std::string
     return r;
 }
 
+// obj[k], or null when absent, without copying: a copy of a value nested 100000 deep would
+// recurse that deep (json::value(k, default) copies).
+const json& member_or_null(const json& obj, const char* k) {
+    static const json null;
+    return obj.is_object() && obj.contains(k) ? obj[k] : null;
+}
+
 std::vector<int> parse_ids(const json& v, const std::string& where) {
     std::vector<int> ids;
     if (v.is_null()) return ids;
-    if (v.is_number_integer()) return {v.get<int>()};
-    if (!v.is_array()) fail(where + ": eos_token_id must be an integer or a list, got " + v.dump());
+    const std::string what = where + ": eos_token_id";
+    if (v.is_number_integer()) return {json_int(v, 0, kMaxTokenId, what)};
+    if (!v.is_array()) fail(where + ": eos_token_id must be an integer or a list, got " + json_excerpt(v));
     for (auto& x : v) {
-        if (!x.is_number_integer()) fail(where + ": eos_token_id list holds a non-integer " + x.dump());
-        ids.push_back(x.get<int>());
+        ids.push_back(json_int(x, 0, kMaxTokenId, what + " entry"));
     }
     return ids;
 }
@@ -113,18 +127,19 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
     else if (c.model_type == "olmo3") c.family = Family::Olmo3;
     else fail(where + ": unsupported model_type \"" + c.model_type + "\" (supported: olmo, olmo2, olmo3)");
 
-    c.hidden = rd.get_int("hidden_size");
-    c.intermediate = rd.get_int("intermediate_size");
-    c.n_layers = rd.get_int("num_hidden_layers");
-    c.n_heads = rd.get_int("num_attention_heads");
-    c.n_kv_heads = rd.get_int("num_key_value_heads", c.n_heads);
-    c.vocab = rd.get_int("vocab_size");
-    c.max_pos = rd.get_int("max_position_embeddings", 2048);
-    if (c.hidden <= 0 || c.intermediate <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
-        c.vocab <= 0 || c.max_pos <= 0)
-        fail(where + ": sizes must be positive");
-    c.head_dim = rd.get_int("head_dim", c.hidden / c.n_heads);
+    c.hidden = rd.get_int("hidden_size", 1, kMaxDim);
+    c.intermediate = rd.get_int("intermediate_size", 1, kMaxDim);
+    c.n_layers = rd.get_int("num_hidden_layers", 1, kMaxDim);
+    c.n_heads = rd.get_int("num_attention_heads", 1, kMaxDim);
+    c.n_kv_heads = rd.get_int("num_key_value_heads", c.n_heads, 1, kMaxDim);
+    c.vocab = rd.get_int("vocab_size", 1, kMaxVocabSize);
+    c.max_pos = rd.get_int("max_position_embeddings", 2048, 1, kMaxPositions);
+    c.head_dim = rd.get_int("head_dim", c.hidden / c.n_heads, 1, kMaxHeadDim);
     if (c.head_dim <= 0 || c.head_dim % 2) fail(where + ": head_dim must be positive and even, got " + std::to_string(c.head_dim));
+    // Each factor is in range; their products must be too (65536 heads x 65536 wraps int to 0).
+    if ((int64_t)c.n_heads * c.head_dim > kMaxDim || (int64_t)c.n_kv_heads * c.head_dim > kMaxDim)
+        fail(where + ": num_attention_heads x head_dim = " + std::to_string((int64_t)c.n_heads * c.head_dim) +
+             " is above the limit " + std::to_string(kMaxDim));
     if (!rd.has("head_dim") && c.hidden % c.n_heads) fail(where + ": hidden_size is not a multiple of num_attention_heads");
     if (c.n_heads % c.n_kv_heads)
         fail(where + ": num_attention_heads (" + std::to_string(c.n_heads) + ") is not a multiple of num_key_value_heads (" +
@@ -135,12 +150,12 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
     if (c.family == Family::Olmo1) c.clip_qkv = rd.get_float("clip_qkv", 0.0f);
     if (c.clip_qkv < 0) fail(where + ": clip_qkv must be >= 0");
     c.tie_embeddings = j.value("tie_word_embeddings", false);
-    c.eos_ids = parse_ids(j.value("eos_token_id", json()), where);
+    c.eos_ids = parse_ids(member_or_null(j, "eos_token_id"), where);
 
     // Layer types: OLMo-3 alternates 3 sliding + 1 full unless layer_types says otherwise.
     c.layer_sliding.assign(c.n_layers, false);
     if (c.family == Family::Olmo3) {
-        c.sliding_window = rd.get_int("sliding_window", 0);
+        c.sliding_window = rd.get_int("sliding_window", 0, 0, kMaxPositions);
         if (rd.has("layer_types")) {
             const json& lt = j["layer_types"];
             if (!lt.is_array() || (int)lt.size() != c.n_layers)
@@ -148,7 +163,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
             for (int i = 0; i < c.n_layers; i++) {
                 std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
                 if (t != "sliding_attention" && t != "full_attention")
-                    fail(where + ": unknown layer type " + lt[i].dump());
+                    fail(where + ": unknown layer type " + json_excerpt(lt[i]));
                 c.layer_sliding[i] = t == "sliding_attention";
             }
         } else {
@@ -165,13 +180,13 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
         const json& rp = j["rope_parameters"];
         if (!rp.is_object()) fail(where + ": rope_parameters must be an object");
         if (rp.contains("full_attention") || rp.contains("sliding_attention")) {
-            c.rope_full = parse_rope(rp.value("full_attention", json()), theta, c.max_pos, where);
-            c.rope_sliding = parse_rope(rp.value("sliding_attention", json()), theta, c.max_pos, where);
+            c.rope_full = parse_rope(member_or_null(rp, "full_attention"), theta, c.max_pos, where);
+            c.rope_sliding = parse_rope(member_or_null(rp, "sliding_attention"), theta, c.max_pos, where);
         } else {
             c.rope_full = c.rope_sliding = parse_rope(rp, theta, c.max_pos, where);
         }
     } else {
-        c.rope_full = parse_rope(j.value("rope_scaling", json()), theta, c.max_pos, where);
+        c.rope_full = parse_rope(member_or_null(j, "rope_scaling"), theta, c.max_pos, where);
         // OLMo-3 applies rope_scaling (YaRN) on full-attention layers only.
         c.rope_sliding = c.family == Family::Olmo3 ? parse_rope(json(), theta, c.max_pos, where) : c.rope_full;
     }

@@ -76,13 +76,13 @@ std::vector<std::vector<int>> read_prompts(const Options& o, const Tokenizer* to
     } else if (!o.prompts.empty()) {
         for (const std::string& text : o.prompts) prompts.push_back(encode(text));
     } else if (!o.prompts_file.empty()) {
-        std::stringstream lines(read_file(o.prompts_file));
+        std::stringstream lines(read_file(o.prompts_file, /*allow_pipe=*/true));
         for (std::string line; std::getline(lines, line);)
             if (!line.empty()) prompts.push_back(encode(line));
         if (prompts.empty()) fail(o.prompts_file + ": no prompts (one per line)");
     } else {
         std::string text;
-        if (!o.prompt_file.empty()) text = read_file(o.prompt_file);
+        if (!o.prompt_file.empty()) text = read_file(o.prompt_file, /*allow_pipe=*/true);
         else if (!isatty(0)) text = std::string(std::istreambuf_iterator<char>(std::cin), {});
         if (text.empty() && o.prompt_file.empty()) text = "Once upon a time";   // no prompt given anywhere
         prompts.push_back(encode(text));

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
@@ -49,6 +50,16 @@ std::string TensorView::shape_str() const {
     return s + "]";
 }
 
+// Bytes of a tensor of this shape and dtype, or an error when the product overflows 64 bits:
+// a wrapped product ([2^32, 2^32] F32 -> 0) would pass the size check against data_offsets.
+static uint64_t tensor_bytes(const TensorView& t, const std::string& where) {
+    uint64_t bytes = dtype_size(t.dtype);
+    for (int64_t d : t.shape)   // each d >= 0, checked when the shape was read
+        if (__builtin_mul_overflow(bytes, (uint64_t)d, &bytes))
+            fail(where + ": shape " + t.shape_str() + " is too large (its byte count overflows 64 bits)");
+    return bytes;
+}
+
 static DType parse_dtype(const std::string& s, const std::string& where) {
     if (s == "F32") return DType::F32;
     if (s == "F16") return DType::F16;
@@ -59,7 +70,9 @@ static DType parse_dtype(const std::string& s, const std::string& where) {
 }
 
 SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
-    int fd = open(path.c_str(), O_RDONLY);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait forever for a writer; the
+    // fstat below then refuses anything but a regular file (for which the flag changes nothing).
+    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) fail(path + ": cannot open (" + std::strerror(errno) + ")");
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); fail(path + ": not a regular file"); }
@@ -75,9 +88,17 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     if (n > size_ - 8)
         fail(path + ": header length " + std::to_string(n) + " runs past the end of the file (" +
              std::to_string(size_) + " bytes): truncated or not a safetensors file");
+    // nlohmann keeps the last of two equal keys; a tensor listed twice is a broken header, so
+    // the parser's callback sees every top-level key and refuses a repeat.
+    std::set<std::string> names;
+    auto no_repeats = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+            fail(path + ": tensor \"" + parsed.get<std::string>() + "\" appears twice in the header");
+        return true;
+    };
     json header;
     try {
-        header = json::parse(bytes + 8, bytes + 8 + n);
+        header = json::parse(bytes + 8, bytes + 8 + n, no_repeats);
     } catch (const json::exception& e) {
         fail(path + ": malformed JSON header: " + e.what());
     }
@@ -89,7 +110,7 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     for (auto& [name, entry] : header.items()) {
         if (name == "__metadata__") {
             if (entry.is_object())
-                for (auto& [k, v] : entry.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
+                for (auto& [k, v] : entry.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : json_excerpt(v);
             continue;
         }
         const std::string where = path + ": tensor \"" + name + "\"";
@@ -104,18 +125,19 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
         const json& offs = entry["data_offsets"];
         if (!shape.is_array()) fail(where + ": shape is not an array");
         for (auto& d : shape) {
-            if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(where + ": bad shape " + shape.dump());
+            if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(where + ": bad shape " + json_excerpt(shape));
             t.shape.push_back(d.get<int64_t>());
         }
         if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
-            fail(where + ": data_offsets must be two non-negative integers, got " + offs.dump());
+            fail(where + ": data_offsets must be two non-negative integers, got " + json_excerpt(offs));
         uint64_t b = offs[0].get<uint64_t>(), e = offs[1].get<uint64_t>();
         if (b > e || e > data_size)
             fail(where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
                  "] out of range (data section is " + std::to_string(data_size) + " bytes: truncated file?)");
-        if (e - b != (uint64_t)t.numel() * dtype_size(t.dtype))
+        const uint64_t need = tensor_bytes(t, where);
+        if (e - b != need)
             fail(where + ": data_offsets span " + std::to_string(e - b) + " bytes but " + dtype_name(t.dtype) +
-                 " x " + t.shape_str() + " needs " + std::to_string(t.numel() * dtype_size(t.dtype)));
+                 " x " + t.shape_str() + " needs " + std::to_string(need));
         t.data = data + b;
         t.offset = 8 + n + b;
         ranges.push_back({b, e});
@@ -137,6 +159,19 @@ const TensorView* SafeTensorsFile::find(const std::string& name) const {
     return it == tensors_.end() ? nullptr : &it->second;
 }
 
+// A shard named by an index must be a plain relative path inside the model folder: no
+// absolute path and no ".." component, so an index cannot make us read files elsewhere.
+static void check_shard_name(const std::string& index, const std::string& tensor, const std::string& file) {
+    bool inside = !file.empty() && file[0] != '/';
+    for (size_t begin = 0; inside && begin <= file.size();) {
+        size_t end = std::min(file.find('/', begin), file.size());
+        inside = file.compare(begin, end - begin, "..") != 0;
+        begin = end + 1;
+    }
+    if (!inside)
+        fail(index + ": weight_map[\"" + tensor + "\"] = \"" + file + "\" is not a file name inside the model folder");
+}
+
 Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
     std::vector<std::string> shards;
@@ -151,9 +186,12 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
         for (auto& [name, file] : j["weight_map"].items()) {
             if (!file.is_string()) fail(index + ": weight_map[\"" + name + "\"] is not a file name");
             std::string f = file.get<std::string>();
+            check_shard_name(index, name, f);
             if (std::find(shards.begin(), shards.end(), f) == shards.end()) shards.push_back(f);
         }
         for (const auto& f : shards) files_.push_back(std::make_unique<SafeTensorsFile>(dir + "/" + f));
+        // Each tensor comes from the shard the index names, even when another shard holds a
+        // tensor of the same name too: the index is the checkpoint's table of contents.
         for (auto& [name, file] : j["weight_map"].items()) {
             const std::string path = dir + "/" + file.get<std::string>();
             for (auto& sf : files_)

@@ -243,12 +243,16 @@ namespace {
 std::string type_of(const json& p) { return p.is_object() ? p.value("type", "") : ""; }
 
 // A post-processor that adds nothing to the ids (encode() never adds special tokens).
-bool post_processor_adds_nothing(const json& p) {
+// Sequences nest; past a few levels we stop looking (and refuse) rather than recurse as deep
+// as the file says, which could overflow the stack.
+bool post_processor_adds_nothing(const json& p, int depth = 0) {
+    if (depth > 8) return false;
     const std::string type = type_of(p);
     if (p.is_null() || type == "ByteLevel") return true;  // ByteLevel only trims offsets
     if (type == "TemplateProcessing") return p.at("single").size() == 1 && p.at("single")[0].contains("Sequence");
     if (type == "Sequence")
-        return std::all_of(p.at("processors").begin(), p.at("processors").end(), post_processor_adds_nothing);
+        return std::all_of(p.at("processors").begin(), p.at("processors").end(),
+                           [&](const json& q) { return post_processor_adds_nothing(q, depth + 1); });
     return false;
 }
 
@@ -275,7 +279,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         for (const char* opt : {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback", "ignore_merges"}) {
             auto it = model.find(opt);
             if (it != model.end() && !it->is_null() && *it != false && *it != "")
-                bad(std::string("BPE option \"") + opt + "\": " + it->dump() + " is not supported");
+                bad(std::string("BPE option \"") + opt + "\": " + json_excerpt(*it) + " is not supported");
         }
         for (const char* opt : {"truncation", "padding"})
             if (!optional(opt).is_null()) bad(std::string("\"") + opt + "\" is not supported");
@@ -283,7 +287,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         // Normalizer: NFC or none.
         const json& norm = optional("normalizer");
         nfc_ = type_of(norm) == "NFC";
-        if (!norm.is_null() && !nfc_) bad("normalizer " + norm.dump() + " is not supported (only NFC or none)");
+        if (!norm.is_null() && !nfc_) bad("normalizer " + json_excerpt(norm) + " is not supported (only NFC or none)");
 
         // Pre-tokenizer: ByteLevel with its GPT-2 regex, or Split(regex) then ByteLevel without.
         // A Split that keeps the matches (Removed + invert, or Isolated) is the same as the
@@ -304,19 +308,18 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         };
         const json& seq = type_of(pre) == "Sequence" ? member(pre, "pretokenizers", "pre_tokenizer") : null;
         if (!byte_level(pre, true) && !(seq.size() == 2 && split(seq[0]) && byte_level(seq[1], false)))
-            bad("pre_tokenizer " + pre.dump() +
+            bad("pre_tokenizer " + json_excerpt(pre) +
                 " is not supported (only ByteLevel, or Split with the GPT-2 or cl100k regex then ByteLevel)");
 
         const json& dec = member(j, "decoder", "the top level");
-        if (type_of(dec) != "ByteLevel") bad("decoder " + dec.dump() + " is not supported (only ByteLevel)");
+        if (type_of(dec) != "ByteLevel") bad("decoder " + json_excerpt(dec) + " is not supported (only ByteLevel)");
         if (!post_processor_adds_nothing(optional("post_processor")))
-            bad("post_processor " + optional("post_processor").dump() + " adds tokens; not supported");
+            bad("post_processor " + json_excerpt(optional("post_processor")) + " adds tokens; not supported");
 
         // Vocabulary: byte strings for BPE, and what each id decodes to.
         const json& vocab = member(model, "vocab", "model");
         if (!vocab.is_object() || vocab.empty()) bad("model.vocab is not a non-empty object");
         auto set_decoding = [&](int id, const std::string& token) {  // as the ByteLevel decoder does
-            if (id < 0) bad("token \"" + token + "\" has a negative id");
             if (id >= (int)id_bytes_.size()) {
                 id_bytes_.resize(id + 1);
                 special_.resize(id + 1, 0);
@@ -327,8 +330,9 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         std::unordered_map<std::string, int> bytes_to_id;
         std::string bytes;
         for (const auto& [token, id] : vocab.items()) {
-            set_decoding(id.get<int>(), token);
-            if (byte_level_to_bytes(token, &bytes)) bytes_to_id.emplace(bytes, id.get<int>());
+            const int checked = json_int(id, 0, kMaxVocabSize - 1, path + ": id of token \"" + token + "\"");
+            set_decoding(checked, token);
+            if (byte_level_to_bytes(token, &bytes)) bytes_to_id.emplace(bytes, checked);
         }
         for (int b = 0; b < 256; b++) {  // (the bytes missing from OLMo-1's vocab never occur in UTF-8)
             auto it = bytes_to_id.find(std::string(1, (char)b));
@@ -353,7 +357,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
                 left = m[0].get<std::string>();
                 right = m[1].get<std::string>();
             } else {
-                bad("merge " + std::to_string(rank) + " " + m.dump() + " is not \"left right\" or [left, right]");
+                bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " is not \"left right\" or [left, right]");
             }
             auto l = bytes_to_id.end(), r = l, merged = l;
             if (byte_level_to_bytes(left, &lb) && byte_level_to_bytes(right, &rb)) {
@@ -369,7 +373,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
         // Added tokens: ids that override the vocabulary, cut out of the text before BPE.
         const json& added = optional("added_tokens");
         for (const json& t : added.is_null() ? json::array() : added) {
-            const int id = member(t, "id", "an added token").get<int>();
+            const int id = json_int(member(t, "id", "an added token"), 0, kMaxVocabSize - 1, path + ": id of an added token");
             const std::string content = member(t, "content", "an added token").get<std::string>();
             for (const char* flag : {"single_word", "lstrip", "rstrip"})
                 if (t.value(flag, false)) bad("added token \"" + content + "\": \"" + flag + "\": true is not supported");

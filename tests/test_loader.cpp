@@ -115,6 +115,55 @@ TEST(Config, Errors) {
     expect_error([&] { parse_config(j.dump(), "c.json"); }, {"unsupported rope type \"longrope\""});
 }
 
+// A JSON value nested 100000 levels deep: parsing it is fine (nlohmann's parser is iterative),
+// but quoting it in an error message with json::dump() would recurse that deep.
+std::string deeply_nested() { return std::string(100000, '[') + std::string(100000, ']'); }
+
+// Puts `raw` (JSON text) as the value of `key` in the JSON object text `obj`.
+std::string with_raw(const json& obj, const std::string& key, const std::string& raw) {
+    std::string s = obj.dump();
+    return s.substr(0, s.size() - 1) + ",\"" + key + "\":" + raw + "}";
+}
+
+TEST(Config, DeeplyNestedValuesAreCleanErrors) {
+    json j = olmo2_config();
+    j.erase("hidden_size");
+    expect_error([&] { parse_config(with_raw(j, "hidden_size", deeply_nested()), "c.json"); },
+                 {"c.json", "\"hidden_size\" must be an integer", "got [[[[...]]]]"});
+    j = olmo2_config();
+    j.erase("eos_token_id");
+    expect_error([&] { parse_config(with_raw(j, "eos_token_id", deeply_nested()), "c.json"); }, {"c.json", "eos_token_id"});
+    j = olmo2_config();
+    expect_error([&] { parse_config(with_raw(j, "rope_scaling", "[" + deeply_nested() + "]"), "c.json"); },
+                 {"c.json", "rope parameters must be an object"});
+}
+
+// Integers are read as int64 and range-checked: get<int>() would run 2^32 + 256 as 256.
+TEST(Config, IntegersAreRangeChecked) {
+    json j = olmo2_config();
+    j["hidden_size"] = 4294967552LL;   // 2^32 + 256
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "\"hidden_size\"", "[1, 1048576]", "4294967552"});
+    j["hidden_size"] = 1.5;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "\"hidden_size\" must be an integer", "1.5"});
+    j["hidden_size"] = 0;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"\"hidden_size\"", "got 0"});
+    j = olmo2_config();
+    j["vocab_size"] = 18446744073709551615ULL;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"\"vocab_size\"", "18446744073709551615"});
+    j = olmo2_config();
+    j["eos_token_id"] = {1, -1};
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "eos_token_id entry", "got -1"});
+    j["eos_token_id"] = 2147483648LL;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"eos_token_id", "2147483648"});
+    // Each factor in range, the product not: 65536 heads x 65536 would wrap int q_dim() to 0.
+    j = olmo2_config();
+    j["num_attention_heads"] = j["num_key_value_heads"] = 65536;
+    j["head_dim"] = 1024;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "num_attention_heads x head_dim", "above the limit"});
+    j["head_dim"] = 65536;
+    expect_error([&] { parse_config(j.dump(), "c.json"); }, {"c.json", "\"head_dim\"", "[1, 1024]"});
+}
+
 TEST(Config, GenerationConfigOverridesEos) {
     std::string d = temp_dir();
     write(d + "/config.json", olmo2_config().dump());
@@ -167,9 +216,29 @@ TEST(SafeTensors, BrokenFiles) {
     bad(safetensors_bytes({{"a", entry("F32", {2}, {0, 8})}, {"b", entry("F32", {2}, {4, 12})}}, data), {"overlap"});
     bad(safetensors_bytes({{"a", entry("F32", {2}, {8, 4})}}, data), {"out of range"});
     bad(safetensors_bytes({{"a", {{"dtype", "F32"}, {"shape", {2}}}}}, data), {"data_offsets"});
+    std::string e = entry("F32", {1}, {0, 4}).dump();
+    bad(safetensors_bytes_raw("{\"a\":" + e + ",\"a\":" + e + "}", data), {"tensor \"a\" appears twice"});
+    // Shapes whose byte count wraps to 0 in 64 bits must not pass as empty tensors.
+    auto huge = [](json shape) { return json{{"a", {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {0, 0}}}}}; };
+    bad(safetensors_bytes(huge({1LL << 32, 1LL << 32}), ""), {"tensor \"a\"", "shape [4294967296, 4294967296] is too large"});
+    bad(safetensors_bytes(huge({1LL << 62}), ""), {"tensor \"a\"", "is too large"});
     // A good file cut short: the last tensor's data now lies past the end.
     std::string good = safetensors_bytes({{"a", entry("F32", {4}, {0, 16})}}, data);
     bad(good.substr(0, good.size() - 5), {"out of range", "truncated"});
+}
+
+TEST(SafeTensors, DeeplyNestedHeaderValuesAreCleanErrors) {
+    std::string d = temp_dir();
+    const std::string bad = d + "/bad.safetensors";
+    json a = {{"dtype", "F32"}, {"data_offsets", {0, 0}}};
+    std::string header = "{\"a\":" + with_raw(a, "shape", deeply_nested()) + "}";
+    write(bad, safetensors_bytes_raw(header, ""));
+    expect_error([&] { SafeTensorsFile f(bad); }, {bad, "tensor \"a\"", "bad shape [[[[...]]]]"});
+    // Non-string metadata (outside the format) is kept as a short excerpt.
+    header = "{\"__metadata__\":{\"deep\":" + deeply_nested() + "}}";
+    write(bad, safetensors_bytes_raw(header, ""));
+    SafeTensorsFile f(bad);
+    EXPECT_EQ(f.metadata().at("deep"), "[[[[...]]]]");
 }
 
 TEST(Checkpoint, MissingTensorWrongShapeAndShards) {
@@ -185,12 +254,39 @@ TEST(Checkpoint, MissingTensorWrongShapeAndShards) {
     EXPECT_EQ(to_f32(c.get("w2", {2, 2}))[3], 4.0f);
     expect_error([&] { c.get("w3", {2, 2}); }, {"missing tensor \"w3\""});
     expect_error([&] { c.get("w1", {4}); }, {"s1.safetensors", "\"w1\" has shape [2, 2] but the config needs [4]"});
+    // Both shards hold "w1": the one the index names wins.
+    float g[4] = {5, 6, 7, 8};
+    write(d + "/s2.safetensors", safetensors_bytes({{"w1", e}, {"w2", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {16, 32}}}}},
+                                                   std::string((char*)g, 16) + data));
+    write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s2.safetensors"}, {"w2", "s2.safetensors"}}}}.dump());
+    EXPECT_EQ(to_f32(Checkpoint(d).get("w1", {2, 2}))[0], 5.0f);
+    write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s1.safetensors"}, {"w2", "s2.safetensors"}}}}.dump());
+    EXPECT_EQ(to_f32(Checkpoint(d).get("w1", {2, 2}))[0], 1.0f);
     write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s1.safetensors"}, {"w9", "s2.safetensors"}}}}.dump());
     expect_error([&] { Checkpoint c2(d); }, {"\"w9\"", "not in the file"});
+    // Shard names must stay inside the model folder.
+    write(d + "/../outside.safetensors", safetensors_bytes({{"w1", e}}, data));
+    for (std::string outside : {"../outside.safetensors", "/etc/passwd", "../../etc/passwd", "sub/../../outside.safetensors", ".."}) {
+        write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", outside}}}}.dump());
+        expect_error([&] { Checkpoint c2(d); }, {"model.safetensors.index.json", "weight_map[\"w1\"] = \"" + outside + "\"",
+                                                 "not a file name inside the model folder"});
+    }
+    std::remove((d + "/../outside.safetensors").c_str());
     write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "s3.safetensors"}}}}.dump());
     expect_error([&] { Checkpoint c2(d); }, {"s3.safetensors", "cannot open"});
 }
 
+
+// A FIFO in place of a file is refused at once (opening it for reading used to wait forever).
+TEST(Checkpoint, FifoIsACleanErrorNotAHang) {
+    std::string d = temp_dir();
+    ASSERT_EQ(mkfifo((d + "/model.safetensors").c_str(), 0600), 0);
+    expect_error([&] { SafeTensorsFile f(d + "/model.safetensors"); }, {d + "/model.safetensors", "not a regular file"});
+    write(d + "/model.safetensors.index.json", json{{"weight_map", {{"w1", "model.safetensors"}}}}.dump());
+    expect_error([&] { Checkpoint c(d); }, {d + "/model.safetensors", "not a regular file"});
+    ASSERT_EQ(mkfifo((d + "/config.json").c_str(), 0600), 0);
+    expect_error([&] { load_config(d); }, {d + "/config.json", "not a regular file"});
+}
 
 // --- the weight table ---
 

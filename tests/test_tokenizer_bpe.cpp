@@ -250,6 +250,10 @@ TEST(BpeTokenizer, BadFilesGiveClearErrors) {
         return j.dump();
     };
     expect_error("not_json", "{\"model\": {\"type\": \"BPE\", ", "malformed JSON");
+    // A value nested 100000 deep is quoted as a short excerpt (json::dump() would overflow the stack).
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    std::string text = without("", "normalizer");
+    expect_error("deep", text.substr(0, text.size() - 1) + ",\"normalizer\":" + deep + "}", "normalizer [[[[...]]]] is not supported");
     expect_error("wordpiece", with("/model/type", "WordPiece"), "model type \"WordPiece\" is not supported");
     expect_error("no_model", without("", "model"), "missing \"model\"");
     expect_error("no_vocab", without("/model", "vocab"), "missing \"vocab\"");
@@ -268,6 +272,16 @@ TEST(BpeTokenizer, BadFilesGiveClearErrors) {
         {{"SpecialToken", {{"id", "<|end|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}),
         "post_processor");
     expect_error("lstrip", with("/added_tokens/0/lstrip", true), "\"lstrip\": true is not supported");
+    std::string seq;   // post_processor Sequences nested 100000 deep
+    for (int i = 0; i < 100000; i++) seq += "{\"type\":\"Sequence\",\"processors\":[";
+    seq += "null";
+    for (int i = 0; i < 100000; i++) seq += "]}";
+    text = without("", "post_processor");
+    expect_error("deep_post", text.substr(0, text.size() - 1) + ",\"post_processor\":" + seq + "}", "post_processor");
+    // Ids are range-checked integers: 2^32 + 5 must not wrap to 5, nor 1.5 truncate to 1.
+    expect_error("id_wraps", with("/model/vocab/a", 4294967301LL), "id of token \"a\" must be an integer in [0, 16777215]");
+    expect_error("id_fraction", with("/model/vocab/a", 1.5), "id of token \"a\" must be an integer");
+    expect_error("added_id", with("/added_tokens/0/id", -1), "id of an added token must be an integer");
     expect_error("vocab_type", with("/model/vocab", json::array()), "model.vocab");
     try {
         olmo::load_bpe_tokenizer("tests/tokenizers/no_such_file.json");

@@ -29,13 +29,17 @@ inline std::string temp_dir() {
 
 inline void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
-// A safetensors file from a header object and a data blob.
-inline std::string safetensors_bytes(const json& header, const std::string& data) {
-    std::string h = header.dump();
-    uint64_t n = h.size();
+// A safetensors file from header text and a data blob.
+inline std::string safetensors_bytes_raw(const std::string& header, const std::string& data) {
+    uint64_t n = header.size();
     std::string out(8, '\0');
     for (int i = 0; i < 8; i++) out[i] = (char)((n >> (8 * i)) & 0xff);
-    return out + h + data;
+    return out + header + data;
+}
+
+// A safetensors file from a header object and a data blob.
+inline std::string safetensors_bytes(const json& header, const std::string& data) {
+    return safetensors_bytes_raw(header.dump(), data);
 }
 
 // Expects `f` to throw olmo::Error whose message contains every one of `parts`.
