@@ -25,12 +25,8 @@ using namespace olmo::test;
 
 namespace {
 
-bool gpu_present() {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 #define SKIP_WITHOUT_GPU() \
-    if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU found: GPU loader test skipped"
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU found: GPU loader test skipped"
 
 // An OLMo-2 shape with odd sizes: embed [97, 40] is 3880 elements, several 4 KiB chunks.
 json odd_config() {
