@@ -1,5 +1,5 @@
 // sampling.cuh: picking the next token on the device, so only its id crosses to the host.
-// defines: SamplerParams, argmax, sample
+// defines: argmax, sample (settings: SamplingParams, src/sampler.h)
 //
 // Ranking. Candidate i has the 64-bit rank key
 //     key(i) = order_key(logit_i) << 32 | ~i
@@ -49,14 +49,9 @@
 #include <cmath>
 
 #include "cuda_common.cuh"
+#include "sampler.h"  // SamplingParams, splitmix64
 
 namespace olmo {
-
-struct SamplerParams {
-    float temperature = 1.0f;  // > 0 (greedy decoding is argmax)
-    int top_k = 0;             // 0 = off
-    float top_p = 1.0f;        // 1 = off
-};
 
 namespace sampling {
 
@@ -94,11 +89,7 @@ __device__ constexpr int digit_shift(int d) { return (d < 3 ? 32 : 0) + (d % 3 =
 // The uniform number of draw `step`: splitmix64 of (seed, step), exactly sample_cpu's
 // uniform(); its top 53 bits u53 give u = u53 / 2^53, returned here as u * 2^64.
 __device__ inline u64 uniform_u64(u64 seed, u64 step) {
-    u64 z = seed + 0x9E3779B97F4A7C15ull * (step + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return z >> 11 << 11;
+    return splitmix64(seed + kGolden64 * (step + 1)) >> 11 << 11;
 }
 
 // A candidate's depth bin and weight (step 1 and 3 of the header).
@@ -384,7 +375,7 @@ __device__ inline u64 nucleus_target(float top_p, u64 total) {
 
 template <typename T, int N>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
-sample_kernel(int* out_id, const T* logits, int V, SamplerParams p, u64 seed, const int* step) {
+sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const int* step) {
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     Shared& sh = *reinterpret_cast<Shared*>(shared_bytes);
     float* slice = reinterpret_cast<float*>(shared_bytes + sizeof(Shared));
@@ -409,7 +400,7 @@ sample_kernel(int* out_id, const T* logits, int V, SamplerParams p, u64 seed, co
     if (p.top_k > 0 && p.top_k < V && sh.depth.count[kTail - 1] >= (unsigned)p.top_k)
         kept = c.select(p.top_k, false, kept);
     if (p.top_p < 1.0f) kept = c.select(nucleus_target(p.top_p, kept.weight), true, kept);
-    const u64 u = uniform_u64(seed, (unsigned)*step);
+    const u64 u = uniform_u64(p.seed, (unsigned)*step);
     const Kept drawn = c.select(__umul64hi(u, kept.weight) + 1, true, kept);  // target floor(u * W) + 1
     if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = rank_id(drawn.cut);
     group.sync();  // no block exits while another may still read its shared memory
@@ -452,10 +443,10 @@ template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStrea
 }
 
 // *out_id (device) = a token drawn from softmax(logits [V] / temperature) restricted by top-k
-// and top-p; the random number is a function of (seed, *step) (step: device pointer).
+// and top-p; the random number is a function of (p.seed, *step) (step: device pointer).
+// p.temperature must be > 0 (greedy decoding is argmax).
 template <typename T>
-void sample(int* out_id, const T* logits, int V, const SamplerParams& p, uint64_t seed, const int* step,
-            cudaStream_t stream) {
+void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const int* step, cudaStream_t stream) {
     using namespace sampling;
     if (V < 1 || V >= kMaxVocab) fail("sample: vocabulary size " + std::to_string(V) + " outside [1, 2^18)");
     if (!(p.temperature > 0.0f) || !std::isfinite(p.temperature))
@@ -470,7 +461,7 @@ void sample(int* out_id, const T* logits, int V, const SamplerParams& p, uint64_
     (void)shared_memory_allowed;
     const size_t bytes = sizeof(Shared) + sizeof(float) * slice_size(V);
     auto kernel = aligned16(logits) ? sample_kernel<T, kVec<T>> : sample_kernel<T, 1>;
-    kernel<<<kCluster, kThreads, bytes, stream>>>(out_id, logits, V, p, seed, step);
+    kernel<<<kCluster, kThreads, bytes, stream>>>(out_id, logits, V, p, step);
     cudaCheckLaunch();
 }
 

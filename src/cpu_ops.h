@@ -1,6 +1,6 @@
 // cpu_ops.h: the fp32 CPU reference of every op in the forward pass.
 //
-// These functions define what each GPU kernel in kernels/ must compute; cpu_forward.cpp is a
+// These functions define what each GPU kernel in kernels/ must compute; cpu_engine.cpp is a
 // list of calls to them, and the kernel tests compare each kernel against its function here.
 // Layouts (row-major everywhere):
 //   activations      x      [T, H]

@@ -1,6 +1,6 @@
 // engine.h: what ./generate and the tests see of a model: feed tokens, get logits or the next
-// token. Two implementations share this interface: the fp32 CPU reference (cpu_forward.cpp)
-// and the CUDA engine (gpu_forward.cu).
+// token. Two implementations share this interface: the fp32 CPU reference (cpu_engine.cpp)
+// and the CUDA engine (cuda_engine.cu).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -11,19 +11,10 @@
 #include "config.h"
 #include "kv_cache.h"
 #include "safetensors.h"
+#include "sampler.h"
 #include "weights.h"
 
 namespace olmo {
-
-struct SamplingParams {
-    float temperature = 0.0f;  // 0 = greedy (argmax)
-    int top_k = 0;             // 0 = off
-    float top_p = 1.0f;        // 1 = off
-    uint64_t seed = 0;
-    bool operator==(const SamplingParams& o) const {
-        return temperature == o.temperature && top_k == o.top_k && top_p == o.top_p && seed == o.seed;
-    }
-};
 
 // What the first request will look like, so that loading can do the one-time work (kernel
 // modules, cuBLAS's first calls, CUDA-graph capture) before it: a prompt of prompt_len tokens,
@@ -132,9 +123,5 @@ std::string cuda_unsupported_reason(const ModelConfig& c);
 // max_batch: the most sequences one decode step may carry.
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt,
                                          int kv_blocks = 0, int max_batch = 64, LoadProgress* progress = nullptr);
-
-// CPU sampler (the GPU has its own kernel with the same rules): temperature, then top-k, then
-// top-p, then a draw from a counter-based RNG of (seed, step). temperature 0 = argmax.
-int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step);
 
 }  // namespace olmo

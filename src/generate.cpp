@@ -11,7 +11,7 @@
 
 #include "common.h"
 #include "engine.h"
-#include "generation.h"
+#include "decoding.h"
 #include "tokenizer.h"
 
 using namespace olmo;

@@ -42,7 +42,7 @@ MemoryNeed cpu_memory_need(const ModelConfig& c, int max_seq, int kv_blocks) {
     MemoryNeed m;
     m.weights = params * sizeof(float);
     m.kv_cache = (size_t)kv_pool_blocks(max_seq, kv_blocks) * kKvBlockSize * KV * c.n_layers * 2 * sizeof(float);
-    // cpu_forward.cpp's run(): x, xn, o [T, H]; qkv, q, k, v, att; gate|up and swiglu; logits.
+    // cpu_engine.cpp's run(): x, xn, o [T, H]; qkv, q, k, v, att; gate|up and swiglu; logits.
     m.buffers = (T * (3 * H + 2 * (Q + 2 * KV) + Q + 3 * I) + c.vocab) * sizeof(float);
     return m;
 }

@@ -1,26 +1,16 @@
-// sampler.cpp: picking the next token on the CPU.
-//
-// temperature 0 is greedy (argmax, ties to the lowest id, as transformers). Otherwise, in the
-// order transformers applies its warpers: divide logits by the temperature, keep the top_k
-// largest, keep the smallest set of most likely tokens whose probability reaches top_p, and
-// draw from what is left with a uniform number from a counter-based RNG of (seed, step), so a
-// given --seed always gives the same text.
+// sampler.cpp: picking the next token on the CPU (the rules are in sampler.h).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "cpu_ops.h"
-#include "engine.h"
+#include "sampler.h"
 
 namespace olmo {
 
-// splitmix64: a tiny, well-mixed hash; (seed, step) -> uniform in [0, 1).
+// (seed, step) -> uniform in [0, 1): the top 53 bits of splitmix64 (sampler.h).
 static double uniform(uint64_t seed, uint64_t step) {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (step + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (z >> 11) * (1.0 / 9007199254740992.0);
+    return (splitmix64(seed + kGolden64 * (step + 1)) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step) {

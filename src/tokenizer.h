@@ -24,6 +24,9 @@ struct Tokenizer {
 // Loads a tokenizer by content: a JSON file is a tokenizer.json (BPE), anything else is tried
 // as a sentencepiece model. Throws olmo::Error naming the file on failure.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+// The two loaders it chooses between (tokenizer_sp.cpp, tokenizer_bpe.cpp).
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& path);
+std::unique_ptr<Tokenizer> load_bpe_tokenizer(const std::string& path);
 
 // Streams text as ids arrive without ever printing a broken UTF-8 character: each push()
 // returns the newly completed text. Seed it with the prompt ids so that spacing at the

@@ -59,7 +59,4 @@ private:
     AddedTrie raw_added_, normalized_added_;         // matched before / after normalization
 };
 
-// Loads a tokenizer.json (model type BPE with byte-level pre-tokenization and decoding).
-std::unique_ptr<Tokenizer> load_bpe_tokenizer(const std::string& path);
-
 }  // namespace olmo

@@ -4,7 +4,7 @@
 // the default model. CPU engine always; the CUDA engine (fp32 and bf16) when a GPU is present.
 #include <numeric>
 
-#include "generation.h"
+#include "decoding.h"
 #include "golden.h"
 #include "test_util.h"
 #include "tokenizer.h"

@@ -458,7 +458,7 @@ template <typename T> std::vector<int> gpu_draws(const T* logits, int V, const S
     std::iota(steps.begin(), steps.end(), 0);
     DeviceArray<int> d_steps(steps), d_ids(n);
     for (int j = 0; j < n; j++)
-        sample(d_ids.get() + j, logits, V, SamplerParams{s.temperature, s.top_k, s.top_p}, s.seed, d_steps.get() + j, 0);
+        sample(d_ids.get() + j, logits, V, s, d_steps.get() + j, 0);
     return d_ids.download();
 }
 
@@ -632,15 +632,15 @@ TEST_F(SamplingStats, FrequenciesMatchRenormalizedSoftmax) {
     }
 }
 
-TEST(SamplerParams, InvalidSettingsThrow) {
+TEST(SamplingParams, InvalidSettingsThrow) {
     int* out = nullptr;
     const float* logits = nullptr;
     const int* step = nullptr;
-    EXPECT_THROW(sample(out, logits, 100, SamplerParams{0.0f, 0, 1.0f}, 0, step, 0), Error);
-    EXPECT_THROW(sample(out, logits, 100, SamplerParams{1.0f, -1, 1.0f}, 0, step, 0), Error);
-    EXPECT_THROW(sample(out, logits, 100, SamplerParams{1.0f, 0, 0.0f}, 0, step, 0), Error);
-    EXPECT_THROW(sample(out, logits, 100, SamplerParams{1.0f, 0, 1.5f}, 0, step, 0), Error);
-    EXPECT_THROW(sample(out, logits, 0, SamplerParams{}, 0, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 100, SamplingParams{0.0f, 0, 1.0f}, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 100, SamplingParams{1.0f, -1, 1.0f}, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 100, SamplingParams{1.0f, 0, 0.0f}, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 100, SamplingParams{1.0f, 0, 1.5f}, step, 0), Error);
+    EXPECT_THROW(sample(out, logits, 0, SamplingParams{1.0f, 0, 1.0f}, step, 0), Error);
     EXPECT_THROW(argmax(out, logits, 0, 0), Error);
 }
 
@@ -675,10 +675,10 @@ TEST_F(Timing, SamplingAtVocab100k) {
     DeviceArray<int> d_id(1), d_step(std::vector<int>{0});
     std::printf("  argmax fp32 V=%d: %.1f us\n", V, time_us([&] { argmax(d_id.get(), d_x.get(), V, 0); }));
     EXPECT_EQ(d_id.download()[0], cpu::argmax(x.data(), V));
-    for (const SamplerParams& s : {SamplerParams{1.0f, 0, 1.0f}, SamplerParams{0.7f, 50, 1.0f},
-                                   SamplerParams{0.8f, 0, 0.95f}, SamplerParams{0.7f, 50, 0.9f},
-                                   SamplerParams{1.0f, 5000, 0.95f}}) {
-        const double us = time_us([&] { sample(d_id.get(), d_x.get(), V, s, 1, d_step.get(), 0); });
+    for (const SamplingParams& s : {SamplingParams{1.0f, 0, 1.0f, 1}, SamplingParams{0.7f, 50, 1.0f, 1},
+                                    SamplingParams{0.8f, 0, 0.95f, 1}, SamplingParams{0.7f, 50, 0.9f, 1},
+                                    SamplingParams{1.0f, 5000, 0.95f, 1}}) {
+        const double us = time_us([&] { sample(d_id.get(), d_x.get(), V, s, d_step.get(), 0); });
         std::printf("  sample fp32 V=%d t=%.1f k=%d p=%.2f: %.1f us\n", V, s.temperature, s.top_k, s.top_p, us);
         const int id = d_id.download()[0];
         EXPECT_TRUE(id >= 0 && id < V);
@@ -687,7 +687,7 @@ TEST_F(Timing, SamplingAtVocab100k) {
     std::vector<float> tied = x;
     for (float& v : tied) v = std::round(v / 2.0f) * 2.0f;
     DeviceArray<float> d_tied(tied);
-    const double us = time_us([&] { sample(d_id.get(), d_tied.get(), V, SamplerParams{}, 1, d_step.get(), 0); });
+    const double us = time_us([&] { sample(d_id.get(), d_tied.get(), V, SamplingParams{1.0f, 0, 1.0f, 1}, d_step.get(), 0); });
     std::printf("  sample fp32 V=%d, logits rounded to multiples of 2 (ties): %.1f us\n", V, us);
     EXPECT_EQ(d_id.download()[0], sample_cpu(tied.data(), V, SamplingParams{1.0f, 0, 1.0f, 1}, 0));
 }

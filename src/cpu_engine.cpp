@@ -1,7 +1,7 @@
-// cpu_forward.cpp: the fp32 CPU reference forward pass of OLMo-1/2/3, in one file.
+// cpu_engine.cpp: the fp32 CPU reference forward pass of OLMo-1/2/3, in one file.
 //
 // Reads top to bottom like the math of docs/architecture.md, one call per op (ops in
-// cpu_ops.cpp). The GPU engine (gpu_forward.cu) runs the same list of ops with the same
+// cpu_ops.cpp). The GPU engine (cuda_engine.cu) runs the same list of ops with the same
 // buffer names, so the two can be compared tensor by tensor:
 //   x = embed(ids)
 //   per layer:  OLMo-1  xn = LN(x)          OLMo-2/3  xn = x

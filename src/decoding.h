@@ -1,4 +1,4 @@
-// generation.h: the decoding loops on top of an Engine: batched generation of several prompts
+// decoding.h: the decoding loops on top of an Engine: batched generation of several prompts
 // (each with its own sampler and stop condition) and beam search as transformers does it.
 #pragma once
 #include <functional>

@@ -1,4 +1,4 @@
-// gpu_forward.cu: the CUDA engine. The same forward pass as cpu_forward.cpp, op for op, as a
+// cuda_engine.cu: the CUDA engine. The same forward pass as cpu_engine.cpp, op for op, as a
 // list of kernel launches (kernels/*.cuh) and cuBLAS GEMMs.
 //
 //   T = storage type of weights, GEMM inputs and KV cache (bf16, fp16 or fp32); every kernel
@@ -45,10 +45,7 @@ template <> constexpr cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_
 template <typename T>
 __global__ void fill_random_kernel(T* p, size_t n, uint64_t seed, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = seed * 0x9E3779B97F4A7C15ull + i;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
+        const uint64_t z = splitmix64(seed * kGolden64 + i);
         p[i] = from_float<T>(((z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
     }
 }
@@ -424,8 +421,7 @@ private:
         const int V = c_.vocab;
         for (int b = 0; b < (int)s.size(); b++) {
             if (s[b].temperature <= 0.0f) argmax(next_ids_ + b, logits_ + (size_t)b * V, V, stream_);
-            else olmo::sample(next_ids_ + b, logits_ + (size_t)b * V, V,
-                              SamplerParams{s[b].temperature, s[b].top_k, s[b].top_p}, s[b].seed, meta_.step + b, stream_);
+            else olmo::sample(next_ids_ + b, logits_ + (size_t)b * V, V, s[b], meta_.step + b, stream_);
         }
     }
 

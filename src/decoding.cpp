@@ -1,5 +1,5 @@
-// generation.cpp: batched generation and beam search over the Engine's sequences.
-#include "generation.h"
+// decoding.cpp: batched generation and beam search over the Engine's sequences.
+#include "decoding.h"
 
 #include <algorithm>
 #include <cmath>
