@@ -1,7 +1,8 @@
 // cuda_common.cuh: what every CUDA file of the engine shares.
 // defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, aligned16,
-//          aligned, SumOp, MaxOp, warp_reduce, block_reduce, grid_dependency_wait,
-//          allow_dependent_launch
+//          aligned, SumOp, MaxOp, MinOp, warp_reduce, block_reduce, grid_dependency_wait,
+//          allow_dependent_launch, launch_dependent, allow_smem, kSmemPerSmBytes,
+//          kSmemReservedBytes, kMaxSmemBytes
 //
 // Errors: every CUDA / cuBLAS call is wrapped, and a failure throws olmo::Error naming
 // file:line, the statement's text and the library's message. After each kernel launch,
@@ -84,6 +85,40 @@ inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintp
 // allow_dependent_launch() lets the kernel behind start early (it must wait before reading us).
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch: its
+// blocks may start before the previous kernel in the stream has finished, and must execute
+// grid_dependency_wait() before touching what that kernel writes.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = 1;
+    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// ---- dynamic shared memory ----
+// On sm_90 an SM has 228 KB of shared memory, of which each resident block takes a reserved
+// 1 KB, and one block may use up to 227 KB. A kernel gets more than the default 48 KB of
+// dynamic shared memory only after it opts in: allow_smem<kernel>(bytes), once per kernel (the
+// first call's bytes stay).
+constexpr int kSmemPerSmBytes = 228 * 1024, kSmemReservedBytes = 1024, kMaxSmemBytes = 227 * 1024;
+
+template <auto Kernel>
+void allow_smem(int bytes) {
+    static const bool done = [&] {
+        cudaCheck(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        return true;
+    }();
+    (void)done;
+}
 
 // ---- reductions (blockDim.x must be a multiple of 32) ----
 

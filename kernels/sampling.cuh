@@ -453,12 +453,8 @@ void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const 
         fail("sample: temperature must be > 0, got " + std::to_string(p.temperature));
     if (p.top_k < 0) fail("sample: top_k must be >= 0, got " + std::to_string(p.top_k));
     if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("sample: top_p must be in (0, 1], got " + std::to_string(p.top_p));
-    static const bool shared_memory_allowed = [] {  // once per T: more than the default 48 KiB
-        for (auto kernel : {sample_kernel<T, kVec<T>>, sample_kernel<T, 1>})
-            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kMaxSharedBytes));
-        return true;
-    }();
-    (void)shared_memory_allowed;
+    allow_smem<sample_kernel<T, kVec<T>>>((int)kMaxSharedBytes);  // more than the default 48 KiB
+    allow_smem<sample_kernel<T, 1>>((int)kMaxSharedBytes);
     const size_t bytes = sizeof(Shared) + sizeof(float) * slice_size(V);
     auto kernel = aligned16(logits) ? sample_kernel<T, kVec<T>> : sample_kernel<T, 1>;
     kernel<<<kCluster, kThreads, bytes, stream>>>(out_id, logits, V, p, step);

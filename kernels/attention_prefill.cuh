@@ -1,0 +1,132 @@
+// attention_prefill.cuh: flash attention (FlashAttention-2) for a chunk of queries of one
+// sequence, on mma.sync tensor cores.
+// defines: attn::kPrefillBM, attn::kPrefillBN, attn::PrefillShape, attn::attention_prefill_kernel,
+//          attn::launch_prefill
+//
+// A block owns BM = 128 query rows Q_b (the g = nH/nKV heads of one KV head, for BM/g tokens)
+// and never holds a score matrix: it walks the keys it can see in tiles of BN = 64,
+//     for each tile j:  S = Q_b·K_jᵀ;  mask;  m, l, O updated by the online softmax;  O += P·V_j
+//     out_b = O / l
+// (the steps: attention_steps.cuh), so K and V are read once per block and the work is
+// 4·BM·keys·hd flops for 2·keys·hd·2 bytes of K/V.
+//
+//   Grid (nKV, query blocks). The latest tokens go first, across all heads: causal blocks at the
+//   end of the sequence have the most work, so the light ones fill the tail. At HD 64 and 128:
+//   4 warps, each 32 rows = 2 m-tiles, so every K/V fragment read from shared memory feeds 2
+//   mma. At HD 256 a warp's o would take 256 fp32 registers per lane that way, so the block has
+//   8 warps of 16 rows (one m-tile) instead: still 128 rows, so each K/V tile serves as many
+//   queries.
+//   The keys the block can see, [lo, last position], are walked in tiles of BN keys; the tiles
+//   before lo (sliding window) and after the diagonal (causal) are never loaded. K/V tiles are
+//   double-buffered: tile i+1 is copied with cp.async while tile i is computed (and the table
+//   entries of tile i+2 are read). Only tiles that some row sees partially (the diagonal, the
+//   window's start) apply the element mask.
+//   Shared memory: Q 128 x HD + 2 stages x (K, V) BN x HD = 96 KB at HD 128, BN 64 (and the
+//   table rings, 1.5 KB): 2 blocks per SM; 192 KB at HD 256: one block (8 warps) per SM.
+//   Registers: o (16·MT x HD / 32 lanes = 128 fp32 at HD 128 and 256) + s (MT·BN/2 fp32): at
+//   most 255 per thread, without spills.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "attention_params.cuh"
+#include "attention_steps.cuh"
+#include "cuda_common.cuh"
+#include "paged_kv.cuh"
+#include "tensor_core.cuh"
+
+namespace olmo {
+namespace attn {
+
+constexpr int kPrefillBM = 128, kPrefillBN = 64;
+
+// The prefill block of tile width HD: kPrefillBM rows in WARPS warps of MT m-tiles each.
+template <int HD>
+struct PrefillShape {
+    static constexpr int MT = HD <= 128 ? 2 : 1, WARPS = kPrefillBM / (16 * MT), THREADS = 32 * WARPS;
+    static constexpr int MIN_BLOCKS = HD <= 128 ? 2 : 1;  // per SM, as shared memory allows
+};
+
+template <typename T, int HD, int BN>
+__global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::MIN_BLOCKS)
+    attention_prefill_kernel(const AttnParams<T> p) {
+    using Shape = PrefillShape<HD>;
+    constexpr int BM = kPrefillBM, MT = Shape::MT, WM = 16 * MT, THREADS = Shape::THREADS, NT = BN / 8, DT = HD / 8;
+    extern __shared__ __align__(128) uint4 smem[];
+    const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows BM + 2s*BN
+    auto k_stage = [&](int s) { return sq.rows_from(BM + 2 * s * BN); };
+    auto v_stage = [&](int s) { return sq.rows_from(BM + (2 * s + 1) * BN); };
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+    const int g = p.nH / p.nKV, tokens = BM / g;
+    const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens, t_end = min(p.n_q, t0 + tokens);
+    const RowMap map{g, (int)blockIdx.x, t0, (t_end - t0) * g};
+    const int pos0 = p.pos0[0], pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
+    const KeyRange keys = visible_keys(pos_lo, pos_hi, p.window);
+    const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
+
+    auto row_pos = [&](int r) { return pos0 + map.token(warp * WM + r); };  // position of the warp's row r
+    float o[MT][DT][4] = {}, m[MT][2], l[MT][2] = {};
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY;
+    const float c = p.scale * kLog2e;
+
+    TableWindow tw(pages_of(p, 0), keys.lo, keys.hi, lane, sq.base + (BM + 4 * BN) * SmemTile<HD>::kRowBytes + warp * kTableRingBytes);
+    load_q_tile_async<BM, THREADS>(sq, p, map);
+    cp_async_commit();
+    load_kv_tile_async<BN, THREADS>(k_stage(0), v_stage(0), p, tw, map.kvh, tile_lo * BN, keys.lo, keys.hi);
+    cp_async_commit();
+    for (int tile = tile_lo; tile <= tile_hi; tile++) {
+        const int stage = (tile - tile_lo) & 1, key0 = tile * BN;
+        if (tile < tile_hi) {
+            tw.advance(key0 + BN);
+            load_kv_tile_async<BN, THREADS>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, tw, map.kvh, key0 + BN, keys.lo,
+                                            keys.hi);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();  // everything but the prefetch just issued has landed
+        __syncthreads();
+
+        float s[MT][NT][4];
+        warp_scores<T, HD, MT, NT>(s, QFromSmem<HD>(sq.rows_from(warp * WM), lane), k_stage(stage), lane);
+        const bool partial = key0 + BN - 1 > pos_lo || (p.window > 0 && key0 <= pos_hi - p.window);
+        if (partial) mask_scores<MT, NT>(s, row_pos, key0, p.window, lane);
+        online_softmax<MT, NT, DT>(s, m, l, o, c);
+        warp_pv<T, HD, MT, NT>(o, s, v_stage(stage), lane);
+        __syncthreads();  // all warps are done with this stage before it is refilled
+    }
+
+    // out = o / l, with l summed over the 4 lanes that share a row.
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const float sum = quad_sum(l[mt][half]);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int r = warp * WM + mt * 16 + half * 8 + lane / 4;
+            if (r >= map.rows) continue;
+            T* dst = p.out + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + (lane & 3) * 2;
+#pragma unroll
+            for (int d = 0; d < DT; d++)
+                if (d * 8 < p.hd)  // dims past hd (a padded tile) are not stored
+                    *reinterpret_cast<uint32_t*>(dst + d * 8) =
+                        pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
+        }
+}
+
+template <typename T, int HD, int BN = kPrefillBN>
+void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
+    using Shape = PrefillShape<HD>;
+    const int g = p.nH / p.nKV, tokens = kPrefillBM / g;
+    if (tokens == 0) fail("attention_prefill: more than 128 query heads per KV head");
+    constexpr auto kernel = attention_prefill_kernel<T, HD, BN>;
+    constexpr int smem = (kPrefillBM + 4 * BN) * HD * 2 + Shape::WARPS * kTableRingBytes;
+    static_assert(smem <= kMaxSmemBytes && (smem + kSmemReservedBytes) * Shape::MIN_BLOCKS <= kSmemPerSmBytes,
+                  "MIN_BLOCKS blocks fit in an SM's shared memory");
+    allow_smem<kernel>(smem);
+    kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), Shape::THREADS, smem, stream>>>(p);
+    cudaCheckLaunch();
+}
+
+}  // namespace attn
+}  // namespace olmo

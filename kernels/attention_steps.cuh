@@ -1,0 +1,194 @@
+// attention_steps.cuh: the warp-level steps of flash attention on tensor cores, shared by the
+// prefill and the decode kernel. Per tile of keys K_j, V_j (rows of the tile: keys) a warp does
+//     S   = Q · K_jᵀ                                   warp_scores
+//     S   = -inf where a key is hidden (causal/window)  mask_scores (only on partial tiles)
+//     m', l', P = online softmax of S (below)          online_softmax
+//     O   = O · 2^(c·(m - m')) + P · V_j                 warp_pv (the rescale: online_softmax)
+// and at the end out = O / l. A warp owns MT m-tiles of 16 query rows and sees NT n-tiles of 8
+// keys. Accumulator fragments give each lane rows lane/4 and lane/4+8 of an m-tile (index
+// `half` 0/1 below), two columns each; the 4 lanes of a row hold its other columns.
+// defines: attn::kLog2e, attn::quad_sum, attn::warp_scores, attn::QFromSmem, attn::QInRegisters,
+//          attn::mask_scores, attn::online_softmax, attn::warp_pv
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "tensor_core.cuh"
+
+namespace olmo {
+namespace attn {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Sum over the 4 lanes that share a row of an accumulator fragment (every one of them gets it).
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x;
+}
+
+// s = Q·Kᵀ for this warp. q_frag(mt, kk, a) gives the A fragment of m-tile mt, dims kk .. kk+15
+// (prefill: an ldmatrix from shared memory at each use; decode: registers filled once). One
+// ldmatrix.x4 of K gives the B fragments of two n-tiles, reused by all MT m-tiles. K lane
+// addresses: rows lane%8 + 8*(lane/16), chunk (lane/8)%2 (matrices: keys 0-7 dims 0-7, keys 0-7
+// dims 8-15, keys 8-15 ...). With few accumulators (decode: one m-tile, two n-tiles) the even
+// and odd 16-wide slices of HD accumulate in two separate chains, halving the chain of
+// dependent mma; the prefill kernel has 8 or 16 independent ones already. With many, at HD 128
+// and 256, the HD loop is unrolled by 2 only, which keeps the fragment loads ptxas hoists within
+// the 255 registers (fully unrolled it spills).
+template <typename T, int HD, int MT, int NT, typename QFrag>
+__device__ __forceinline__ void warp_scores(float (&s)[MT][NT][4], QFrag q_frag, SmemTile<HD> k, int lane) {
+    using Tile = SmemTile<HD>;
+    constexpr bool FEW = MT * NT < 8;  // accumulators
+    constexpr int CHAINS = FEW ? 2 : 1, UNROLL = HD >= 128 && !FEW ? 2 : HD / 16;
+    const uint32_t ka = k.at((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
+    float acc[CHAINS][MT][NT][4] = {};
+#pragma unroll UNROLL
+    for (int kk = 0; kk < HD; kk += 16) {
+        float(&chain)[MT][NT][4] = acc[kk / 16 % CHAINS];
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) q_frag(mt, kk, a[mt]);
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            uint32_t b[4];  // keys n*8 .. n*8+15: {n-tile n: b0, b1}, {n-tile n+1: b0, b1}
+            ldmatrix_x4(b, Tile::step(ka, n * 8, kk / 8));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_16x8x16<T>(chain[mt][n], a[mt], b[0], b[1]);
+                mma_16x8x16<T>(chain[mt][n + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[mt][n][i] = CHAINS == 1 ? acc[0][mt][n][i] : acc[0][mt][n][i] + acc[CHAINS - 1][mt][n][i];
+}
+
+// The A fragments of Q (rows lane%16, chunk lane/16 of each 16 x 16 block) straight from a
+// shared-memory tile, one ldmatrix.x4 per use.
+template <int HD>
+struct QFromSmem {
+    uint32_t qa;  // this lane's address in m-tile 0, dims 0..15
+    __device__ QFromSmem(SmemTile<HD> q, int lane) : qa(q.at(lane & 15, lane >> 4)) {}
+    __device__ void operator()(int mt, int kk, uint32_t (&a)[4]) const { ldmatrix_x4(a, SmemTile<HD>::step(qa, mt * 16, kk / 8)); }
+};
+// ... or all of them for one m-tile (HD/16 slices, 32 registers at HD 128), read once.
+template <int HD>
+struct QInRegisters {
+    uint32_t f[HD / 16][4];
+    __device__ QInRegisters(SmemTile<HD> q, int lane) {
+        const QFromSmem<HD> src(q, lane);
+#pragma unroll
+        for (int kk = 0; kk < HD; kk += 16) src(0, kk, f[kk / 16]);
+    }
+    __device__ void operator()(int, int kk, uint32_t (&a)[4]) const {
+#pragma unroll
+        for (int i = 0; i < 4; i++) a[i] = f[kk / 16][i];
+    }
+};
+
+// Sets s = -inf where key j is hidden from the row at position pos: j > pos, or j <= pos - window.
+// key0 is the key of n-tile 0, column 0; row_pos(r) the position of the warp's row r.
+template <int MT, int NT, typename RowPos>
+__device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], RowPos row_pos, int key0, int window, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int pos = row_pos(mt * 16 + half * 8 + lane / 4);
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int j = key0 + n * 8 + (lane & 3) * 2 + i;
+                    if (j > pos || (window > 0 && j <= pos - window)) s[mt][n][2 * half + i] = -INFINITY;
+                }
+        }
+}
+
+// Online softmax (FlashAttention-2), per row, with c = scale·log2(e) so exp(scale·x) = 2^(c·x):
+//   m' = max(m, max_j s_j)                 running max of the raw scores
+//   p_j = 2^(c·s_j - c·m')                 this tile's probabilities (overwrite s)
+//   l' = l·2^(c·(m - m')) + Σ_j p_j        running denominator (a per-lane partial sum;
+//                                          the 4 lanes of a row add theirs at the end)
+//   o' = o·2^(c·(m - m'))                  rescaled before P·V is added
+// A row that has seen only masked (-inf) keys keeps m = -inf and uses 0 as its reference, so
+// no (-inf) - (-inf) = NaN appears; its p and l stay 0. Once the maxima settle, most tiles
+// change no row's max: the warp then skips the rescale of o (exact: the factor would be 1).
+template <int MT, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&o)[MT][DT][4], float c) {
+    float corr[MT][2];
+    bool same = true;  // no max of this lane's rows changed
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float mx = m[mt][half];
+#pragma unroll
+            for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float ref = mx == -INFINITY ? 0.0f : mx * c;
+            same = same && mx == m[mt][half];
+            corr[mt][half] = mx == m[mt][half] ? 1.0f : exp2_approx(m[mt][half] * c - ref);
+            m[mt][half] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int i = 2 * half; i < 2 * half + 2; i++) {
+                    s[mt][n][i] = exp2_approx(fmaf(s[mt][n][i], c, -ref));
+                    sum += s[mt][n][i];
+                }
+            l[mt][half] = l[mt][half] * corr[mt][half] + sum;
+        }
+    if (__all_sync(0xffffffffu, same)) return;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[mt][d][i] *= corr[mt][i >> 1];
+}
+
+// o += P·V: the probabilities' accumulator fragments of n-tiles 2kk, 2kk+1 are exactly the A
+// fragment of a 16-key slice once packed to 16 bits (all packed first, so the fp32 scores die
+// before the loop); V's B fragments come from ldmatrix.trans with lane rows lane%16 (keys),
+// chunk lane/16 (matrices: keys 0-7 dims 0-7, keys 8-15 dims 0-7, keys 0-7 dims 8-15, ...).
+template <typename T, int HD, int MT, int NT>
+__device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (&p)[MT][NT][4], SmemTile<HD> v,
+                                        int lane) {
+    using Tile = SmemTile<HD>;
+    uint32_t a[MT][NT / 2][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            a[mt][kk][0] = pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+            a[mt][kk][1] = pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+            a[mt][kk][2] = pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+            a[mt][kk][3] = pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+        }
+    const uint32_t va = v.at(lane & 15, lane >> 4);
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+#pragma unroll
+        for (int d = 0; d < HD / 8; d += 2) {
+            uint32_t b[4];  // dims d*8 .. d*8+15: {n-tile d: b0, b1}, {n-tile d+1: b0, b1}
+            ldmatrix_x4_trans(b, Tile::step(va, kk * 16, d));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_16x8x16<T>(o[mt][d], a[mt][kk], b[0], b[1]);
+                mma_16x8x16<T>(o[mt][d + 1], a[mt][kk], b[2], b[3]);
+            }
+        }
+    }
+}
+
+}  // namespace attn
+}  // namespace olmo

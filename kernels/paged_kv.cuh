@@ -1,0 +1,115 @@
+// paged_kv.cuh: how the flash kernels fill their shared-memory tiles: K/V tiles from the paged
+// cache through the block table, and Q tiles of GQA-packed query rows.
+// defines: attn::kTableRingBytes, attn::TableWindow, attn::RowMap, attn::load_kv_tile_async,
+//          attn::load_q_tile_async
+//
+// Key j of a sequence is in pool row  table[j >> shift] << shift | (j & mask)  (attention_params.cuh).
+// A tile of 64 keys spans at least one and at most 8 blocks, so a kernel needs one table entry
+// per 8 or more keys, and it wants it before the tile's copies are issued. The table is read a
+// window of 32 entries at a time (32 blocks, >= 256 keys): lane i of every warp holds entry
+// 32w + i of the current window w in a register, and the thread that copies key j takes its
+// block from lane (j >> shift) % 32 with one shuffle. Later windows stream into shared memory
+// ahead of use with cp.async, with the tile copies.
+#pragma once
+#include <cstdint>
+
+#include "attention_params.cuh"
+#include "tensor_core.cuh"
+
+namespace olmo {
+namespace attn {
+
+// The table window of a warp. The next windows are copied with cp.async into a per-warp ring
+// of three in shared memory (window v in slot v % 3), two windows (>= 8 tiles) ahead: they
+// arrive with the tile copies of their commit group, which has landed by the time `cur` is read
+// from the ring as long as the K/V pipeline has at most 8 stages. The first two are waited for
+// when the window is made (at the start of a block, where the first entries' latency is paid
+// anyway). Staging through shared memory keeps the fresh loads off the critical path: a load
+// into a register would be waited for right where the window changes. Entries outside the keys
+// a block reads, [lo, hi), are never loaded: those before lo may be released (-1), those past
+// hi may lie past the sequence's blocks (the ring gets zeros for them, and they are never used).
+constexpr int kTableRingBytes = 3 * 32 * 4;  // per warp
+
+struct TableWindow {
+    Pages pg;
+    int first, last;   // entries that may be read: the blocks of keys lo .. hi-1
+    int lane, w, cur;
+    uint32_t ring;     // this warp's ring (kTableRingBytes of shared memory)
+    // Starts at the window of key lo, the first key read. Waits for every cp.async group of the
+    // thread, so it comes before the block's first copies.
+    __device__ TableWindow(const Pages& pages, int lo, int hi, int lane_, uint32_t ring_)
+        : pg(pages), first(lo >> pages.shift), last((hi - 1) >> pages.shift), lane(lane_), w(first >> 5), ring(ring_) {
+        const int e = w * 32 + lane;
+        cur = e >= first && e <= last ? __ldg(pg.table + e) : -1;
+        prefetch(w + 1);
+        prefetch(w + 2);
+        cp_async_commit();
+        cp_async_wait<0>();
+    }
+    __device__ uint32_t slot(int v) const { return ring + (v % 3 * 32 + lane) * 4; }
+    __device__ void prefetch(int v) const {
+        const int e = v * 32 + lane;
+        const bool used = e >= first && e <= last;
+        cp_async_4(slot(v), pg.table + (used ? e : first), used);
+    }
+    // Makes the window holding `key` current. Keys arrive in order, a tile at a time, so that
+    // window is w or w + 1 (the same key in every lane of the warp).
+    __device__ __forceinline__ void advance(int key) {
+        if (key >> pg.shift >> 5 == w) return;
+        ++w;
+        cur = ld_shared_b32(slot(w));
+        prefetch(w + 2);
+    }
+    // Pool block of `key`, which must lie in the current window (a warp-wide shuffle).
+    __device__ __forceinline__ uint32_t block_of(int key) const { return __shfl_sync(0xffffffffu, cur, (key >> pg.shift) & 31); }
+};
+
+// Starts copying keys key0 .. key0+BN-1 of KV head kvh into a K and a V tile; `tw` must hold
+// the tile's window (TableWindow::advance). Rows outside the keys [lo, hi) are zero-filled without
+// touching the pool: their blocks may be released or unwritten, and even a masked row must not
+// hold NaN (its probability 0 times NaN in P·V would be NaN). So are the chunks past the head
+// (dims >= hd of a padded tile): the thread that copies one sees an empty key range and reads
+// from inside the head. The K and V tiles share a layout, so a row's V chunk lands at the K
+// chunk's address plus (sv - sk). Decode issues about one 16-byte copy per cycle per SM, so the
+// few instructions per row around the two copies count: 32-bit row arithmetic and one unsigned
+// 32x32->64 multiply-add per pointer.
+template <int BN, int THREADS, typename T, int HD>
+__device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T>& p,
+                                                   const TableWindow& tw, int kvh, int key0, int lo, int hi) {
+    static_assert(BN <= 32 * 8, "a tile lies in one table window (block_size >= 8)");
+    const uint32_t row_bytes = p.nKV * p.hd * sizeof(T), to_v = sv.base - sk.base;
+    for_each_tile_chunk<BN, THREADS>(sk, [&](int r, int c, uint32_t s) {
+        const bool in_head = c * 8 < p.hd;  // the same for all of a chunk's rows
+        const int col = kvh * p.hd + (in_head ? c * 8 : 0), n_keys = in_head ? hi - lo : 0;
+        const char* k = reinterpret_cast<const char*>(p.k + col);
+        const char* v = reinterpret_cast<const char*>(p.v + col);
+        const int key = key0 + r;
+        const uint32_t block = tw.block_of(key);
+        const bool valid = (unsigned)(key - lo) < (unsigned)n_keys;  // lo <= key < hi, in the head
+        const uint32_t row = valid ? block << tw.pg.shift | (key & tw.pg.mask) : 0;
+        cp_async_16(s, k + mul_wide(row, row_bytes), valid);
+        cp_async_16(s + to_v, v + mul_wide(row, row_bytes), valid);
+    });
+}
+
+// Rows of a query tile are (token, head) pairs. The g = nH/nKV query heads that share KV head
+// `kvh` sit side by side, row r = token t0 + r/g, head kvh*g + r%g, so every K/V tile a block
+// loads serves the whole group (GQA). Only the first `rows` rows are real.
+struct RowMap {
+    int g, kvh, t0, rows;
+    __device__ int token(int r) const { return t0 + r / g; }
+    __device__ int head(int r) const { return kvh * g + r % g; }
+};
+
+// Starts copying the query rows of `map` into a tile; rows past map.rows and dims past hd are
+// zero-filled.
+template <int ROWS, int THREADS, typename T, int HD>
+__device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnParams<T>& p, const RowMap& map) {
+    for_each_tile_chunk<ROWS, THREADS>(sq, [&](int r, int c, uint32_t s) {
+        const bool valid = r < map.rows && c * 8 < p.hd;
+        cp_async_16(s, valid ? p.q + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + c * 8 : p.q, valid);
+    });
+}
+
+}  // namespace attn
+}  // namespace olmo
