@@ -1,6 +1,6 @@
 # Makefile: `make` builds ./generate, ./tokenize and the tests; `make test` runs every test;
 # `make deps` installs the Debian packages the build needs; `make bench` runs the GPU
-# benchmarks (on a machine with a GPU). With nvcc present the CUDA backend is built in;
+# benchmarks (on a machine with a GPU); `make dev` builds the dev/ ladders into build/dev/. With nvcc present the CUDA backend is built in;
 # without it the build is CPU-only and the GPU tests are left out.
 
 CXX      ?= g++
@@ -34,12 +34,13 @@ LIB_CU   := $(wildcard src/*.cu)
 LIB_OBJ  += $(LIB_CU:%.cu=$(BUILD)/%.o)
 GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/tests/%,$(wildcard tests/test_*.cu))
 BENCHES  := $(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/*.cu))
+DEV      := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/*.cu))
 endif
 
 PROGRAMS := generate tokenize
 TESTS    := $(CPU_TESTS) $(GPU_TESTS)
 
-all: $(PROGRAMS) $(TESTS)
+all: $(PROGRAMS) $(TESTS) $(DEV)
 
 $(BUILD)/libolmo.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -64,6 +65,17 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libolmo.a
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libolmo.a
 	$(CXX) $^ -o $@ $(LDLIBS)
 
+$(BUILD)/dev/%: $(BUILD)/dev/%.o $(BUILD)/libolmo.a
+	$(CXX) $^ -o $@ $(LDLIBS)
+
+# The dev/ ladders (standalone CUDA programs, dev/README.md); part of `all` when nvcc is there.
+ifneq ($(NVCC),)
+dev: $(DEV)
+else
+dev:
+	@echo "make dev: the dev/ ladders are CUDA programs and need nvcc (none found)"
+endif
+
 # Runs every test binary and ends with one "N passed, N failed, N skipped" line.
 test: all
 	@bash tests/run_all.sh $(TESTS)
@@ -87,6 +99,6 @@ deps:
 clean:
 	rm -rf $(BUILD) $(PROGRAMS)
 
-.PHONY: all test bench deps clean
+.PHONY: all test bench dev deps clean
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
