@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# The attention benchmark before and after a kernel change, in one run on the GPU machine: the
-# engine's kernels/attention.cuh and an older copy in .carry/old/attention.cuh (e.g.
-# `git show REV:kernels/attention.cuh > .carry/old/attention.cuh`), each in bench/bench_attention.cu.
+# Speed before and after a change, in one run on the GPU machine: an older tree (Makefile, src/,
+# kernels/, bench/ of a revision, made here by
+#   git archive --format=tar REV Makefile src kernels bench | xz > .carry/before.tar.xz
+# and carried) is built next to this one, and both run the attention benchmark and the 7B-shape
+# end-to-end figures (random bf16 weights: decode tokens/s after a 128-token prompt, time to first
+# token of a 4096-token prompt), interleaved, twice. Run from the repository root with carry
+# .carry/sys and .carry/before.tar.xz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 bash scripts/device_prep.sh
-make -j16 build/libolmo.a build/bench/bench_attention >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I.carry/old -Isrc -Ikernels \
-  bench/bench_attention.cu build/libolmo.a -o build/bench/bench_attention_old -lcublasLt -lcublas -Xcompiler -fopenmp \
-  -lsentencepiece -lutf8proc >>"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+before=/tmp/before; rm -rf $before; mkdir -p $before; tar -xJf .carry/before.tar.xz -C $before
+build() { (cd "$1" && make -j16 CUDA_ARCHS=90a generate build/bench/bench_attention) >"$OUT/build_$2.log" 2>&1 ||
+          { tail -30 "$OUT/build_$2.log"; exit 1; }; }
+build $before before & build . after & wait
+e2e() {  # tree label: one line of decode tok/s and TTFT at 4096
+  local d=$(cd "$1" && ./generate --device cuda --random-weights $PWD/bench/olmo2_7b.json --prompt-len 128 -n 256 \
+            --stats --temperature 0 2>&1 | grep -oE "decode +[0-9.]+ tokens/s")
+  local t=$(cd "$1" && ./generate --device cuda --random-weights $PWD/bench/olmo2_7b.json --prompt-len 4096 -n 1 \
+            --stats --temperature 0 --max-seq-len 4200 2>&1 | grep -oE "time to 1st tok +[0-9.]+ ms")
+  echo "$2: $d, $t"
+}
 for i in 1 2; do
-  build/bench/bench_attention_old "$OUT/old_$i.txt" >"$OUT/old_$i.log" 2>&1
-  build/bench/bench_attention "$OUT/new_$i.txt" >"$OUT/new_$i.log" 2>&1
+  for t in "$before before" ". after"; do
+    set -- $t
+    (cd $1 && build/bench/bench_attention "$OUT/attn_$2_$i.txt") >"$OUT/attn_$2_$i.log" 2>&1
+    e2e $1 $2 >>"$OUT/e2e.log"
+  done
 done
-for f in old_1 new_1 old_2 new_2; do echo "== $f"; grep -E "^prefill|^decode ctx|^decode batch" "$OUT/$f.log"; done
+for i in 1 2; do for l in before after; do echo "== attention $l $i"; grep -E "^prefill|^decode ctx|^decode batch" "$OUT/attn_${l}_$i.log"; done; done
+cat "$OUT/e2e.log"
