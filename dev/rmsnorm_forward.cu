@@ -10,17 +10,17 @@
 // temporary and a residual add x += t, xb = bf16(x) (22 bytes per element); step 4 fuses them.
 //
 //  step  kernels                            what it changes                                H200 ms  GB/s  % roof
-//  1     thread-per-row norm (here) + add    one thread per row: a warp's 32 loads hit 32       —       —      —
+//  1     thread-per-row norm (here) + add    one thread per row: a warp's 32 loads hit 32       1.617   913    21.5%
 //                                            rows, 32 memory transactions per instruction
-//  2     block-per-row norm (here) + add     a block per row, thread i takes elements i,        —       —      —
+//  2     block-per-row norm (here) + add     a block per row, thread i takes elements i,        0.491   3007   70.8%
 //                                            i+blockDim, ...: a warp reads 128 contiguous bytes
 //                                            (coalesced); the sum of squares is a block_reduce
-//  3     rmsnorm (engine) + add, 16-byte     16-byte loads and stores (8 elements per           —       —      —
+//  3     rmsnorm (engine) + add, 16-byte     16-byte loads and stores (8 elements per           0.368   4014   94.4%
 //                                            instruction): fewer instructions, more bytes in
 //                                            flight per thread
-//  4     add_rmsnorm (engine, norm.cuh)      fused into one kernel: the temporary's write and   —       —      —
+//  4     add_rmsnorm (engine, norm.cuh)      fused into one kernel: the temporary's write and   0.231   4071   95.8%
 //                                            read disappear, 14 bytes per element instead of 22
-// (The times are filled in from an H200 run at the defaults: 16384 rows x 4096.)
+// (H200, the defaults: 16384 rows x 4096; docs/runs/ladders.log.)
 //
 // Each step runs once from the same x, y, w (N(0,1); w rounded to bf16) and is compared with
 // olmo::cpu::rmsnorm (src/cpu_ops.h) plus the add: rel-L2 and max-abs over x and xb together,
