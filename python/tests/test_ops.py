@@ -10,27 +10,9 @@ import pytest
 import torch.nn.functional as F
 
 import error_report
+from reference import ref_attention, ref_decode, visible
 
 HEAD_DIMS = [8, 16, 32, 64, 80, 96, 128, 192, 256]
-
-
-# ---- float64 references ----
-
-def visible(Sq, Sk, causal, window, device="cuda"):
-    """[Sq, Sk] mask: the queries are the last Sq of Sk positions."""
-    i = torch.arange(Sq, device=device)[:, None] + (Sk - Sq)
-    j = torch.arange(Sk, device=device)[None, :]
-    m = j <= i if causal else torch.ones(Sq, Sk, dtype=torch.bool, device=device)
-    return m & (j > i - window) if window else m
-
-
-def ref_attention(q, k, v, causal=True, window=0, scale=None):
-    """float64 softmax(q·kᵀ·scale + mask)·v, q [B, nH, Sq, D], k and v [B, nKV, Sk, D]."""
-    g = q.shape[1] // k.shape[1]
-    q, k, v = q.double(), k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
-    s = q @ k.transpose(-1, -2) * (scale if scale is not None else q.shape[-1] ** -0.5)
-    s = s.masked_fill(~visible(q.shape[2], k.shape[2], causal, window), float("-inf"))
-    return s.softmax(-1) @ v
 
 
 def sdpa_errors(q, k, v, ref, causal=True, window=0):
@@ -116,12 +98,6 @@ def test_flash_scale():
 
 
 # ---- decode_attention ----
-
-def ref_decode(q, k, v, lengths, window=0):
-    """Each sequence's T queries at its last T positions of lengths[b] keys."""
-    return torch.cat([ref_attention(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], True, window)
-                      for b, n in enumerate(lengths)])
-
 
 def check_decode(case, dtype, hd, g, lengths, capacity, T=1, window=0, nKV=2):
     B = len(lengths)
