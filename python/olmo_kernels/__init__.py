@@ -55,7 +55,9 @@ def _window(window):
 def _scale(q, scale):
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
-    return float(q.shape[-1] ** -0.5 if scale is None else scale)
+    if scale is not None:
+        return float(scale)
+    return q.shape[-1] ** -0.5 if q.dim() and q.shape[-1] > 0 else 1.0
 
 
 def _lengths(lengths):

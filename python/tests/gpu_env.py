@@ -13,6 +13,8 @@ try:
 except ImportError as e:
     pytest.skip(f"olmo_kernels is not built: {e}", allow_module_level=True)
 
+__all__ = ["torch", "ok", "DTYPES", "TOL", "NAME", "errors", "assert_close", "bshd"]
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # rel-L2 and max-abs bars of the engine's own kernel tests (tests/test_attention.cu)
 TOL = {torch.float32: (1e-5, 1e-4), torch.float16: (5e-3, 2e-2), torch.bfloat16: (1e-2, 5e-2)}

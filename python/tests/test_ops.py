@@ -4,7 +4,7 @@ recorded next to SDPA's on the same inputs, the norms' next to torch's own (prin
 of the run). Then the argument checks: each bad call raises a clear error."""
 import math
 
-from gpu_env import DTYPES, NAME, TOL, assert_close, bshd, errors, ok, torch  # skips without torch/CUDA/build
+from gpu_env import DTYPES, NAME, assert_close, bshd, errors, ok, torch  # skips without torch/CUDA/build
 
 import pytest
 import torch.nn.functional as F

@@ -189,24 +189,26 @@ void check_window(const char* who, int64_t window) {
 }
 
 // The prefill kernel, one launch per sequence: sequence b's T queries are the last T of its
-// keys[b] positions. kv(b) gives its K and V pool pointers, table(b) its block-table row.
-template <typename KV, typename Table>
-void prefill_each(Queries& qs, AttnArgs a, const std::vector<int64_t>& keys, int table_stride, int block_size,
-                  KV kv, Table table, cudaStream_t stream) {
-    std::vector<int> pos0(qs.B);
-    for (int64_t b = 0; b < qs.B; b++) pos0[b] = (int)(keys[b] - qs.T);
-    at::Tensor pos0_dev = upload(pos0, qs.q.device());
+// keys[b] positions, its K and V pools kv(b). With a caller's block table (rows table_stride
+// apart, blocks of block_size), sequence b reads row b; without (table == nullptr) its keys are
+// one block of the next power of two >= keys[b], table [0].
+template <typename KV>
+void prefill_each(Queries& qs, AttnArgs a, const std::vector<int64_t>& keys, const int* table, int table_stride,
+                  int block_size, KV kv, cudaStream_t stream) {
+    std::vector<int> ints(qs.B + 1, 0);  // the first positions, then the table [0]
+    for (int64_t b = 0; b < qs.B; b++) ints[b] = (int)(keys[b] - qs.T);
+    const at::Tensor dev = upload(ints, qs.q.device());
     a.n_q = (int)qs.T;
     a.batch = 1;
-    a.table_stride = table_stride;
     for (int64_t b = 0; b < qs.B; b++) {
         a.q = elem_ptr(qs.q, b);
         a.out = elem_ptr(qs.out, b);
         std::tie(a.k, a.v) = kv(b);
-        a.pos0 = pos0_dev.data_ptr<int>() + b;
+        a.pos0 = dev.data_ptr<int>() + b;
         a.s_cap = (int)keys[b];
-        a.block_size = block_size > 0 ? block_size : pow2_at_least(keys[b]);
-        a.block_table = table(b);
+        a.block_table = table ? table + b * table_stride : dev.data_ptr<int>() + qs.B;
+        a.table_stride = table ? table_stride : 1;
+        a.block_size = table ? block_size : pow2_at_least(keys[b]);
         olmo::ext::attention_prefill(a, stream);
     }
 }
@@ -229,8 +231,9 @@ void noncausal(Queries& qs, AttnArgs a, const at::Tensor& k, const at::Tensor& v
     const int64_t n = std::min(qs.T, kChunk);
     std::vector<int> ints(2 * n, 0);  // pos0 (n), then a table row [0] per query (n)
     std::fill(ints.begin(), ints.begin() + n, (int)(Sk - 1));
-    at::Tensor dev = upload(ints, qs.q.device());
-    at::Tensor ws = workspace(qs, (int)Sk, (int)n, 1);
+    const at::Tensor dev = upload(ints, qs.q.device());
+    const at::Tensor ws = workspace(qs, (int)Sk, (int)n, 1);
+    olmo::ext::stream_fence(stream);  // see decode_launch
     a.n_q = 1;
     a.s_cap = (int)Sk;
     a.block_size = pow2_at_least(Sk);
@@ -268,10 +271,8 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     const at::Tensor kt = bshd(k, false), vt = bshd(v, false);
     AttnArgs a = base_args(qs, nKV, window, scale);
     if (causal) {
-        const at::Tensor table = upload({0}, q.device());
-        prefill_each(qs, a, std::vector<int64_t>(qs.B, Sk), 1, 0,
-                     [&](int64_t b) { return std::make_pair(elem_ptr(kt, b), elem_ptr(vt, b)); },
-                     [&](int64_t) { return table.data_ptr<int>(); }, stream);
+        prefill_each(qs, a, std::vector<int64_t>(qs.B, Sk), nullptr, 0, 0,
+                     [&](int64_t b) { return std::make_pair(elem_ptr(kt, b), elem_ptr(vt, b)); }, stream);
     } else {
         check_decode_rows(who, qs, nKV, 1, "causal=False runs on the decode kernel");
         noncausal(qs, a, kt, vt, Sk, stream);
@@ -279,16 +280,21 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     return qs.out.transpose(1, 2);
 }
 
-// The decode kernel over `batch` sequences in one launch, after a fence (the block table or
-// positions may come from the kernel just before).
-void decode_launch(Queries& qs, AttnArgs a, const std::vector<int64_t>& lengths, cudaStream_t stream) {
-    std::vector<int> pos0(qs.B);
-    for (int64_t b = 0; b < qs.B; b++) pos0[b] = (int)(lengths[b] - qs.T);
-    const at::Tensor pos0_dev = upload(pos0, qs.q.device());
+// The decode kernel over `batch` sequences in one launch. The sequences' first positions and
+// `table` (when not empty: the block table this file made) go up in one copy. A fence comes
+// before the launch, since the kernel reads them (and a caller's block table, which the kernel
+// just before may have written) before it waits for that kernel.
+void decode_launch(Queries& qs, AttnArgs a, const std::vector<int64_t>& lengths, const std::vector<int>& table,
+                   cudaStream_t stream) {
+    std::vector<int> ints(qs.B);
+    for (int64_t b = 0; b < qs.B; b++) ints[b] = (int)(lengths[b] - qs.T);
+    ints.insert(ints.end(), table.begin(), table.end());
+    const at::Tensor dev = upload(ints, qs.q.device());
     a.q = qs.q.data_ptr();
     a.out = qs.out.data_ptr();
     a.n_q = (int)qs.T;
-    a.pos0 = pos0_dev.data_ptr<int>();
+    a.pos0 = dev.data_ptr<int>();
+    if (!table.empty()) a.block_table = dev.data_ptr<int>() + qs.B;
     a.s_cap = (int)*std::max_element(lengths.begin(), lengths.end());
     a.batch = (int)qs.B;
     const at::Tensor ws = workspace(qs, a.s_cap, a.batch, a.n_q);
@@ -321,8 +327,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
     const int64_t R = qs.B == 1 ? 0 : kt.stride(0) / row;
     const bool tiles = qs.B == 1 || (kt.stride(0) == vt.stride(0) && kt.stride(0) % row == 0 &&
                                      largest_pow2_divisor(R) >= 8 && (qs.B - 1) * R + s_cap <= INT_MAX);
-    if (!tiles) {  // one launch per sequence
-        const at::Tensor table = upload({0}, q.device());
+    if (!tiles) {  // one launch per sequence, its keys one block
         for (int64_t b = 0; b < qs.B; b++) {
             Queries one = qs;
             one.q = qs.q.narrow(0, b, 1);
@@ -330,10 +335,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
             one.B = 1;
             a.k = elem_ptr(kt, b);
             a.v = elem_ptr(vt, b);
-            a.block_table = table.data_ptr<int>();
             a.table_stride = 1;
             a.block_size = pow2_at_least(lengths[b]);
-            decode_launch(one, a, {lengths[b]}, stream);
+            decode_launch(one, a, {lengths[b]}, {0}, stream);
         }
         return qs.out.transpose(1, 2);
     }
@@ -342,11 +346,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
     std::vector<int> table(qs.B * M);
     for (int64_t b = 0; b < qs.B; b++)
         for (int64_t i = 0; i < M; i++) table[b * M + i] = (int)(b * R / bs + i);
-    const at::Tensor table_dev = upload(table, q.device());
-    a.block_table = table_dev.data_ptr<int>();
     a.table_stride = (int)M;
     a.block_size = (int)bs;
-    decode_launch(qs, a, lengths, stream);
+    decode_launch(qs, a, lengths, table, stream);
     return qs.out.transpose(1, 2);
 }
 
@@ -396,7 +398,8 @@ void check_table_entries(const char* who, const at::Tensor& table, const Pool& p
                           M, " blocks of ", p.bs);
     }
     const at::Tensor j = at::arange(M, table.options()).unsqueeze(0);
-    const at::Tensor used = (j >= upload(first, table.device()).unsqueeze(1)) & (j < upload(end, table.device()).unsqueeze(1));
+    const at::Tensor lo = upload(first, table.device()).unsqueeze(1), hi = upload(end, table.device()).unsqueeze(1);
+    const at::Tensor used = (j >= lo) & (j < hi);
     const at::Tensor bad = used & ((table < 0) | (table >= p.blocks));
     TORCH_CHECK_VALUE(!bad.any().item<bool>(), who, ": block_table has an entry outside [0, ", p.blocks,
                       ") among the blocks the lengths use");
@@ -425,11 +428,10 @@ at::Tensor paged_attention(const char* who, bool decode, const at::Tensor& q, co
     a.table_stride = (int)table.stride(0);
     a.block_size = (int)p.bs;
     if (decode) {
-        decode_launch(qs, a, lengths, stream);
+        decode_launch(qs, a, lengths, {}, stream);
     } else {
-        prefill_each(qs, a, lengths, (int)table.stride(0), (int)p.bs,
-                     [&](int64_t) { return std::make_pair(p.k.data_ptr(), p.v.data_ptr()); },
-                     [&](int64_t b) { return table.data_ptr<int>() + b * table.stride(0); }, stream);
+        prefill_each(qs, a, lengths, table.data_ptr<int>(), (int)table.stride(0), (int)p.bs,
+                     [&](int64_t) { return std::make_pair(p.k.data_ptr(), p.v.data_ptr()); }, stream);
     }
     return qs.out.transpose(1, 2);
 }
