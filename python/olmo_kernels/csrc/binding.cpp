@@ -112,8 +112,11 @@ std::vector<int64_t> checked_lengths(const std::vector<int64_t>& lengths, int64_
     return lengths;
 }
 
+// The block size that holds n keys in one block: the next power of two >= n, at least 8 (the
+// kernels' smallest).
 int pow2_at_least(int64_t n) {
-    int p = 8;  // the kernels' smallest block size
+    TORCH_CHECK_VALUE(n <= (1 << 30), "olmo_kernels: ", n, " keys in one sequence exceed 2^30");
+    int p = 8;
     while (p < n) p *= 2;
     return p;
 }
