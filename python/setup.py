@@ -16,9 +16,9 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The engine builds for sm_90a only; torch adds no -gencode of its own when the flags name one.
-os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
 
+# The engine's flags. With a -gencode here torch adds none of its own (the engine builds for
+# sm_90a only), and with -std here it adds no other standard.
 NVCC_FLAGS = [
     "-O3", "-lineinfo", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr",
     # torch defines these for every .cu it builds; the engine does not, so the kernels compile

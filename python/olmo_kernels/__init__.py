@@ -139,7 +139,8 @@ def rope(x, positions, inv_freq, attention_factor=1.0):
     """Rotary position embedding, "rotate_half" layout (element d pairs with d + D/2).
 
     x [B, H, S, D]; positions [S] or [B, S] (ints); inv_freq [D/2] from rope_inv_freq (default
-    RoPE or YaRN); attention_factor multiplies cos and sin (YaRN's, else 1). Math in float32,
+    RoPE or YaRN; move it to the GPU once, else each call copies it there); attention_factor
+    multiplies cos and sin (YaRN's, else 1). Math in float32,
     one rounding to x's dtype. Runs the engine's rope_qkv kernel with no key or value heads.
     Returns [B, H, S, D] (memory ordered [B, S, H, D])."""
     return _C.rope(x, positions, inv_freq, float(attention_factor))
