@@ -35,12 +35,15 @@ LIB_OBJ  += $(LIB_CU:%.cu=$(BUILD)/%.o)
 GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/tests/%,$(wildcard tests/test_*.cu))
 BENCHES  := $(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/*.cu))
 DEV      := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/*.cu))
+# The torch extension's kernel half (python/olmo_kernels/csrc/ops.cu) is compiled here too, so a
+# change to a kernel entry point that breaks it fails the build (the extension itself needs torch).
+TORCH_EXT_OBJ := $(BUILD)/python/olmo_kernels/csrc/ops.o
 endif
 
 PROGRAMS := generate tokenize
 TESTS    := $(CPU_TESTS) $(GPU_TESTS)
 
-all: $(PROGRAMS) $(TESTS) $(DEV)
+all: $(PROGRAMS) $(TESTS) $(DEV) $(TORCH_EXT_OBJ)
 
 $(BUILD)/libolmo.a: $(LIB_OBJ)
 	@mkdir -p $(@D)

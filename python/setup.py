@@ -1,0 +1,45 @@
+"""Builds olmo_kernels._C, the torch extension over the engine's CUDA kernels.
+
+    pip install --no-build-isolation -e python/      # from the repository root
+    (or: cd python && python3 setup.py build_ext --inplace)
+
+Sources: olmo_kernels/csrc/ops.cu includes kernels/*.cuh (the engine's kernels, not copies)
+and is compiled with the engine's NVCC flags (the Makefile's NVCCFLAGS: -std=c++17, sm_90a,
+--expt-relaxed-constexpr, -Isrc -Ikernels); binding.cpp holds the torch side and gets torch's
+own C++ flags; engine_config.cpp compiles src/config.cpp and src/common.cpp (config.json and
+the RoPE/YaRN frequencies). Needs nvcc, the torch it builds against and nlohmann-json's header
+(/usr/include/nlohmann, as the engine's build); no network.
+"""
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The engine's flags. With a -gencode here torch adds none of its own (the engine builds for
+# sm_90a only), and with -std here it adds no other standard.
+NVCC_FLAGS = [
+    "-O3", "-lineinfo", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr",
+    # torch defines these for every .cu it builds; the engine does not, so the kernels compile
+    # here exactly as in the engine.
+    "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+]
+
+setup(
+    name="olmo_kernels",
+    version="0.1.0",
+    description="olmo.cu's attention, norm and RoPE kernels as PyTorch ops",
+    packages=["olmo_kernels"],
+    ext_modules=[
+        CUDAExtension(
+            name="olmo_kernels._C",
+            sources=["olmo_kernels/csrc/binding.cpp", "olmo_kernels/csrc/ops.cu",
+                     "olmo_kernels/csrc/engine_config.cpp"],
+            include_dirs=[os.path.join(ROOT, "src"), os.path.join(ROOT, "kernels")],
+            extra_compile_args={"cxx": ["-O2"], "nvcc": NVCC_FLAGS},
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension},
+)
