@@ -258,7 +258,7 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_option("--prompt-ids", o.prompt_ids, "prompt as comma-separated token ids, e.g. 12,7,99 (no tokenizer needed)");
     app.add_option("-n,--max-new-tokens", o.max_new_tokens, "stop after this many new tokens (default: "
                    "generation_config.json's max_new_tokens, else 128)")->check(CLI::Range(1, 1 << 30));
-    app.add_option("--temp,--temperature", o.temperature, "sampling temperature; 0 = greedy argmax. Defaults come from "
+    app.add_option("--temperature,--temp", o.temperature, "sampling temperature; 0 = greedy argmax. Defaults come from "
                    "generation_config.json as transformers takes them: do_sample false (or absent) is greedy; sampling "
                    "uses its temperature, top_k, top_p (else 1.0, 50, 1.0). Any of --temp > 0, --top-k, --top-p "
                    "turns sampling on")->check(CLI::Range(0.0f, 100.0f));
@@ -466,7 +466,7 @@ int run(int argc, char** argv) {
     if (!o.chat) prompts = read_prompts(o, tok.get(), cfg.vocab);
     int n_new = max_new_tokens_for(o, cfg.generation);
     for (const std::vector<int>& prompt : prompts) {
-        if (o.verbose_prompt && tok) print_verbose_prompt(tok->decode(prompt, /*skip_special=*/false), prompt);
+        if (o.verbose_prompt) print_verbose_prompt(tok ? tok->decode(prompt, /*skip_special=*/false) : "", prompt);
         for (int id : prompt)
             if (id >= cfg.vocab)
                 fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
