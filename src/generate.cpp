@@ -418,11 +418,25 @@ void check_flag_combinations(Options& o) {
     if (o.n_gpu_layers == 0) o.device = "cpu";
 }
 
-// The tokenizer's ids must all be ids of the model.
-void check_vocab_fits(const Tokenizer& tok, const std::string& tok_path, const ModelConfig& cfg, const std::string& model) {
-    if (tok.vocab_size() > cfg.vocab)
-        fail(tok_path + ": the tokenizer has " + std::to_string(tok.vocab_size()) + " ids but the model's vocab_size is " +
-             std::to_string(cfg.vocab) + " (" + model + "/config.json): not this model's tokenizer");
+// --tokenizer, else MODEL/tokenizer.json, MODEL/tokenizer.model, or (default model) the one next to
+// this program; null when there is none and ids in and out suffice. Its ids must be the model's.
+std::unique_ptr<Tokenizer> find_tokenizer(Options& o, const ModelConfig& cfg, bool default_model, bool bench) {
+    if (o.tokenizer.empty() && !bench) {
+        for (const std::string& cand : {o.model + "/tokenizer.json", o.model + "/tokenizer.model",
+                                        default_model ? exe_dir() + "/tokenizer/tokenizer.model" : std::string()})
+            if (!cand.empty() && file_exists(cand)) { o.tokenizer = cand; break; }
+    }
+    if (o.tokenizer.empty()) {
+        if ((o.prompt_ids.empty() && !o.prompt_len) || !o.output_ids)
+            fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
+                 "or --prompt-ids with --output-ids");
+        return nullptr;
+    }
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);
+    if (tok->vocab_size() > cfg.vocab)
+        fail(o.tokenizer + ": the tokenizer has " + std::to_string(tok->vocab_size()) + " ids but the model's vocab_size "
+             "is " + std::to_string(cfg.vocab) + " (" + o.model + "/config.json): not this model's tokenizer");
+    return tok;
 }
 
 int run(int argc, char** argv) {
@@ -448,17 +462,7 @@ int run(int argc, char** argv) {
              std::to_string(cfg.max_pos) + ")");
 
     // --- tokenizer ---
-    std::unique_ptr<Tokenizer> tok;
-    if (o.tokenizer.empty() && !bench) {
-        for (const std::string& cand : {o.model + "/tokenizer.json", o.model + "/tokenizer.model",
-                                        default_model ? exe_dir() + "/tokenizer/tokenizer.model" : std::string()})
-            if (!cand.empty() && file_exists(cand)) { o.tokenizer = cand; break; }
-    }
-    if (!o.tokenizer.empty()) tok = load_tokenizer(o.tokenizer);
-    else if ((o.prompt_ids.empty() && !o.prompt_len) || !o.output_ids)
-        fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
-             "or --prompt-ids with --output-ids");
-    if (tok) check_vocab_fits(*tok, o.tokenizer, cfg, o.model);
+    std::unique_ptr<Tokenizer> tok = find_tokenizer(o, cfg, default_model, bench);
     const ChatTemplate chat_template = o.chat ? load_chat_template(o.model) : ChatTemplate{};
 
     // --- prompts ---
