@@ -190,15 +190,22 @@ std::vector<int> ChatSession::new_tokens(const std::vector<int>& prompt) {
 
 std::string ChatSession::reply(const std::string& user_text, std::FILE* out) {
     messages_.push_back({"user", user_text});
+    try {
+        return generate_reply(out);
+    } catch (...) {
+        messages_.pop_back();   // the turn did not happen
+        throw;
+    }
+}
+
+std::string ChatSession::generate_reply(std::FILE* out) {
     const std::string text = render_chat(t_, messages_, true);
     const std::vector<int> prompt = tok_.encode(text);
     if (s_.verbose_prompt) print_verbose_prompt(text, prompt);
     const int room = eng_.max_seq() - (int)prompt.size();
-    if (room < 1) {
-        messages_.pop_back();
+    if (room < 1)
         fail("the conversation has " + std::to_string(prompt.size()) + " tokens and the context is " +
              std::to_string(eng_.max_seq()) + " (/reset starts over; -c sets the context)");
-    }
     std::vector<int> feed = new_tokens(prompt), generated;
     StreamDecoder stream(tok_, prompt);
     const std::vector<int>& stops = s_.stop_ids;

@@ -82,6 +82,7 @@ public:
     size_t reused() const { return reused_; }   // ids of the last prompt found in the KV cache
 private:
     std::vector<int> new_tokens(const std::vector<int>& prompt);   // prompt less what the cache holds
+    std::string generate_reply(std::FILE* out);                     // to the last message
     Engine& eng_;
     const Tokenizer& tok_;
     ChatTemplate t_;
