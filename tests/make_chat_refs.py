@@ -58,8 +58,7 @@ CONVERSATIONS = [
     ([m("user", "ends with an assistant turn"), m("assistant", "and a generation prompt after it")], True),
     ([m("assistant", "an assistant first"), m("user", "then the user")], True),
     ([m("user", "one"), m("system", "a system message in the middle"), m("user", "two")], True),
-    ([], True),
-]
+]   # (no empty conversation: apply_chat_template indexes conversation[0])
 
 
 def jinja_environment():
@@ -113,7 +112,9 @@ def make_refs():
 
 def check_transformers():
     import transformers
-    from transformers import PreTrainedTokenizerFast
+
+    # transformers 4.x: PreTrainedTokenizerFast; 5.x keeps that name for its tokenizers backend.
+    PreTrainedTokenizerFast = getattr(transformers, "PreTrainedTokenizerFast", None) or transformers.TokenizersBackend
 
     with open(OUT, encoding="utf-8") as f:
         refs = json.load(f)
