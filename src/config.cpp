@@ -108,6 +108,24 @@ std::vector<int> parse_ids(const json& v, const std::string& where) {
     return ids;
 }
 
+// The sampling keys of generation_config.json, each checked for its type and range.
+GenerationDefaults parse_generation_defaults(const json& g, const std::string& where) {
+    Reader rd{g, where};
+    GenerationDefaults d;
+    if (rd.has("do_sample")) {
+        if (!g["do_sample"].is_boolean()) fail(where + ": \"do_sample\" must be true or false, got " + json_excerpt(g["do_sample"]));
+        d.do_sample = g["do_sample"].get<bool>();
+    }
+    d.temperature = rd.get_float("temperature", d.temperature);
+    d.top_p = rd.get_float("top_p", d.top_p);
+    d.top_k = rd.get_int("top_k", d.top_k, 0, kMaxVocabSize);
+    d.max_new_tokens = rd.get_int("max_new_tokens", 0, 1, 1 << 30);
+    if (!(d.temperature >= 0 && d.temperature <= 100))
+        fail(where + ": \"temperature\" must be in [0, 100], got " + std::to_string(d.temperature));
+    if (!(d.top_p > 0 && d.top_p <= 1)) fail(where + ": \"top_p\" must be in (0, 1], got " + std::to_string(d.top_p));
+    return d;
+}
+
 }  // namespace
 
 ModelConfig parse_config(const std::string& text, const std::string& where) {
@@ -204,8 +222,9 @@ ModelConfig load_config(const std::string& dir) {
         } catch (const json::exception& e) {
             fail(gen + ": malformed JSON: " + e.what());
         }
-        if (g.is_object() && g.contains("eos_token_id") && !g["eos_token_id"].is_null())
-            c.eos_ids = parse_ids(g["eos_token_id"], gen);
+        if (!g.is_object()) fail(gen + ": not a JSON object");
+        if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) c.eos_ids = parse_ids(g["eos_token_id"], gen);
+        c.generation = parse_generation_defaults(g, gen);
     }
     return c;
 }

@@ -21,6 +21,15 @@ struct RopeConfig {
     std::vector<float> inv_freq(int head_dim) const;
 };
 
+// generation_config.json's sampling defaults; where it is silent, transformers' GenerationConfig
+// defaults (greedy; temperature 1, top-k 50, top-p 1 when sampling). Flags override them.
+struct GenerationDefaults {
+    bool do_sample = false;
+    float temperature = 1.0f, top_p = 1.0f;
+    int top_k = 50;
+    int max_new_tokens = 0;             // 0: not given (./generate then uses 128)
+};
+
 struct ModelConfig {
     std::string model_type;             // "olmo", "olmo2", "olmo3"
     Family family = Family::Olmo2;
@@ -33,6 +42,7 @@ struct ModelConfig {
     std::vector<bool> layer_sliding;    // per layer: true = sliding-window attention
     RopeConfig rope_full, rope_sliding; // rope of full-attention and sliding layers
     std::vector<int> eos_ids;           // stop on any of these
+    GenerationDefaults generation;      // generation_config.json
 
     int q_dim() const { return n_heads * head_dim; }
     int kv_dim() const { return n_kv_heads * head_dim; }

@@ -9,9 +9,12 @@
 #include <iostream>
 #include <sstream>
 
+#include "chat.h"
 #include "common.h"
 #include "engine.h"
 #include "decoding.h"
+#include "model_folder.h"
+#include "threads.h"
 #include "tokenizer.h"
 
 using namespace olmo;
@@ -51,12 +54,31 @@ std::vector<int> parse_id_list(const std::string& s) {
 
 struct Options {
     std::string model, tokenizer, prompt_file, prompts_file, prompt_ids, device = "auto", dtype = "bf16", random_weights;
+    std::string system;
     std::vector<std::string> prompts;
-    int max_new_tokens = 128, top_k = 0, max_seq_len = 0, prompt_len = 0, beams = 1, batch = 1;
-    float temperature = 0.8f, top_p = 0.95f, length_penalty = 1.0f, kv_pool_gb = 0.0f;
+    // Sampling flags: negative (0 for -n) = not given, generation_config.json decides.
+    int max_new_tokens = 0, top_k = -1, max_seq_len = 0, prompt_len = 0, beams = 1, batch = 1;
+    float temperature = -1.0f, top_p = -1.0f, length_penalty = 1.0f, kv_pool_gb = 0.0f;
+    int threads = 0, n_gpu_layers = -1;   // threads 0: one per physical core; -ngl -1: not given
     uint64_t seed = 0;
-    bool stats = false, output_ids = false, quiet = false;
+    bool stats = false, output_ids = false, quiet = false, chat = false, verbose_prompt = false;
 };
+
+// The sampling settings as transformers' generate() takes them from generation_config.json
+// (do_sample, temperature, top_k, top_p; its defaults where the file is silent), the flags on
+// top: --temp 0 is greedy, and any of --temp T > 0, --top-k, --top-p asks for sampling.
+SamplingParams sampling_for(const Options& o, const GenerationDefaults& g) {
+    const bool flags = o.temperature >= 0 || o.top_k >= 0 || o.top_p >= 0;
+    const bool sample = o.temperature >= 0 ? o.temperature > 0 : flags || g.do_sample;
+    if (!sample) return {0.0f, 0, 1.0f, o.seed};
+    return {o.temperature >= 0 ? o.temperature : g.temperature, o.top_k >= 0 ? o.top_k : g.top_k,
+            o.top_p >= 0 ? o.top_p : g.top_p, o.seed};
+}
+
+// -n, else generation_config.json's max_new_tokens, else 128.
+int max_new_tokens_for(const Options& o, const GenerationDefaults& g) {
+    return o.max_new_tokens > 0 ? o.max_new_tokens : g.max_new_tokens > 0 ? g.max_new_tokens : 128;
+}
 
 // The prompts as token ids: --prompt-ids, --prompt-len (benchmarks), each --prompt, the lines
 // of --prompts-file, else one prompt from --prompt-file, stdin or the default text.
@@ -112,6 +134,7 @@ SamplingParams seeded(SamplingParams s, size_t k) {
 // reads logits; otherwise every prompt decodes at once, each with its own seed.
 WarmUp warm_up_for(const Options& o, const std::vector<std::vector<int>>& prompts, const SamplingParams& sp) {
     WarmUp w;
+    if (prompts.empty()) return {64, 1, {sp}};   // --chat: no message typed yet
     w.prompt_len = (int)prompts[0].size();
     if (o.beams > 1) {
         w.batch = o.beams;
@@ -181,11 +204,50 @@ bool choose_cuda(const std::string& device, const ModelConfig& cfg) {
     return false;
 }
 
-// Every flag, with its help text; false when --help was asked for (and printed).
+// llama.cpp's spellings that CLI11 cannot declare (a single dash before several letters), as
+// their long names here.
+std::vector<std::string> llama_cpp_aliases(int argc, char** argv) {
+    std::vector<std::string> args(argv, argv + argc);
+    for (std::string& a : args) {
+        if (a == "-ngl") a = "--n-gpu-layers";
+        else if (a == "-cnv") a = "--chat";
+    }
+    return args;
+}
+
+std::string version_text() {
+#ifdef OLMO_CUDA
+    return "generate (olmo.cu) 0.17.0, built with CUDA";
+#else
+    return "generate (olmo.cu) 0.17.0, CPU-only build";
+#endif
+}
+
+// The flags of --chat, --threads and -ngl.
+void add_chat_and_llama_cpp_flags(CLI::App& app, Options& o) {
+    app.add_flag("--chat", o.chat, "chat with an Instruct checkpoint (alias -cnv): its chat template (tokenizer_config.json "
+                 "or chat_template.jinja; the OLMo-2 and OLMo-3 Instruct templates) wraps each message. With -p: one "
+                 "reply per -p, as successive turns. Without: an interactive conversation on stdin, one message per line; "
+                 "empty lines are skipped, /reset starts over, /exit or Ctrl-D (end of input) ends it. A reply ends at "
+                 "eos, the template's end of turn, or -n tokens");
+    app.add_option("--system", o.system, "--chat: the system message (default: none, or the template's own)");
+    app.add_flag("--verbose-prompt", o.verbose_prompt, "print each prompt as rendered (with --chat: the template "
+                 "applied) and its token ids to stderr before generating");
+    app.add_option("-t,--threads", o.threads, "CPU threads of the CPU engine and loader (default 0: one per physical "
+                   "core). Idle threads sleep (OMP_WAIT_POLICY=PASSIVE unless it is set), so a busy machine slows "
+                   "generation only in proportion")->check(CLI::Range(0, 1024));
+    app.add_option("--n-gpu-layers", o.n_gpu_layers, "llama.cpp's -ngl, accepted for its users: the whole model runs "
+                   "on the GPU when there is one, so N > 0 changes nothing and 0 means --device cpu")
+        ->check(CLI::Range(0, 1 << 20));
+    app.set_version_flag("--version", version_text());
+}
+
+// Every flag, with its help text; false when --help or --version was asked for (and printed).
 bool parse_flags(int argc, char** argv, Options& o) {
     CLI::App app{"generate: text generation with OLMo-1/2/3 checkpoints (CPU reference or CUDA engine)"};
-    app.add_option("--model", o.model, "Hugging Face checkpoint folder (config.json + *.safetensors); default: the "
-                   "small model in weights/ next to this program");
+    app.add_option("-m,--model", o.model, "Hugging Face checkpoint folder (config.json + *.safetensors), or a Hugging "
+                   "Face cache folder models--org--name (refs/main's snapshot); default: the small model in weights/ "
+                   "next to this program");
     app.add_option("--tokenizer", o.tokenizer, "tokenizer file, a sentencepiece .model or a tokenizer.json "
                    "(default: MODEL/tokenizer.json, else MODEL/tokenizer.model, else tokenizer/tokenizer.model)");
     app.add_option("-p,--prompt", o.prompts, "prompt text; repeat the flag to generate for several prompts in one "
@@ -194,22 +256,25 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_option("-f,--prompt-file", o.prompt_file, "read one prompt from this file");
     app.add_option("--prompts-file", o.prompts_file, "batched generation: one prompt per line of this file");
     app.add_option("--prompt-ids", o.prompt_ids, "prompt as comma-separated token ids, e.g. 12,7,99 (no tokenizer needed)");
-    app.add_option("-n,--max-new-tokens", o.max_new_tokens, "stop after this many new tokens (default 128)")
-        ->check(CLI::Range(1, 1 << 30));
-    app.add_option("-t,--temperature", o.temperature, "sampling temperature; 0 = greedy argmax (default 0.8)")
-        ->check(CLI::Range(0.0f, 100.0f));
-    app.add_option("--top-k", o.top_k, "sample only among the k most likely tokens; 0 = off (default 0)")
-        ->check(CLI::Range(0, 1 << 30));
+    app.add_option("-n,--max-new-tokens", o.max_new_tokens, "stop after this many new tokens (default: "
+                   "generation_config.json's max_new_tokens, else 128)")->check(CLI::Range(1, 1 << 30));
+    app.add_option("--temperature,--temp", o.temperature, "sampling temperature; 0 = greedy argmax. Defaults come from "
+                   "generation_config.json as transformers takes them: do_sample false (or absent) is greedy; sampling "
+                   "uses its temperature, top_k, top_p (else 1.0, 50, 1.0). Any of --temp > 0, --top-k, --top-p "
+                   "turns sampling on")->check(CLI::Range(0.0f, 100.0f));
+    app.add_option("--top-k", o.top_k, "sample only among the k most likely tokens; 0 = off (default: "
+                   "generation_config.json's top_k, else 50)")->check(CLI::Range(0, 1 << 30));
     app.add_option("--top-p", o.top_p, "nucleus sampling: smallest set of tokens with this total probability, "
-                   "in (0, 1]; 1 = off (default 0.95)")->check(CLI::Range(1e-6f, 1.0f));
+                   "in (0, 1]; 1 = off (default: generation_config.json's top_p, else 1). Order as transformers: "
+                   "temperature, top-k, top-p")->check(CLI::Range(1e-6f, 1.0f));
     app.add_option("-s,--seed", o.seed, "random seed; the same seed gives the same text (default 0)");
     app.add_option("--device", o.device, "auto (CUDA when a GPU is present and runs the model's shape), cpu or cuda "
                    "(default auto)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--dtype", o.dtype, "GPU storage dtype of weights and activations: bf16, fp16 or fp32 "
                    "(default bf16; the CPU always computes in fp32)")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
-    app.add_option("--max-seq-len", o.max_seq_len, "KV cache length in tokens, prompt + generation "
-                   "(default: max_position_embeddings, capped at 4096)")->check(CLI::Range(1, 1 << 30));
+    app.add_option("-c,--ctx-size,--max-seq-len", o.max_seq_len, "context: KV cache length in tokens, prompt + "
+                   "generation (default: max_position_embeddings, capped at 4096)")->check(CLI::Range(1, 1 << 30));
     app.add_option("--beams", o.beams, "beam search with this many beams (1 = off, default); greedy scoring as "
                    "transformers' generate(num_beams=N, do_sample=False)")->check(CLI::Range(1, 64));
     app.add_option("--length-penalty", o.length_penalty, "beam search: hypotheses are scored sum(logprob) / "
@@ -227,10 +292,14 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_flag("--output-ids", o.output_ids, "print the generated token ids comma-separated on one line instead of text");
     app.add_flag("-q,--quiet", o.quiet, "no progress line while the weights load (it shows only on a terminal, "
                  "for loads that take over a second)");
+    add_chat_and_llama_cpp_flags(app, o);
+    std::vector<std::string> args = llama_cpp_aliases(argc, argv);
+    std::vector<char*> arg_ptrs;
+    for (std::string& a : args) arg_ptrs.push_back(a.data());
     try {
-        app.parse(argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-        app.exit(e);   // prints the help
+        app.parse((int)arg_ptrs.size(), arg_ptrs.data());
+    } catch (const CLI::Success& e) {
+        app.exit(e);   // prints the help or the version
         return false;
     } catch (const CLI::ParseError& e) {
         fail(std::string(e.what()) + " (see --help)");
@@ -322,9 +391,59 @@ void generate_batch(const Job& j, Progress& pr) {
     }
 }
 
+// --chat: the checkpoint's chat template around each message; the -p messages in turn, else an
+// interactive conversation on stdin.
+void run_chat(const Options& o, const ChatTemplate& t, const ModelConfig& cfg, const Tokenizer& tok, Engine& eng,
+              const SamplingParams& sp, int n_new) {
+    ChatSession chat(eng, tok, t, {o.system, sp, n_new, o.verbose_prompt, chat_stop_ids(t, tok, cfg.eos_ids)});
+    for (const std::string& p : o.prompts) chat.reply(p, stdout);
+    if (!o.prompts.empty()) return;
+    const bool terminal = isatty(0) && isatty(1);
+    if (terminal)
+        std::fprintf(stderr, "chat (%s): type a message and Enter; /reset starts over, /exit or Ctrl-D ends\n",
+                     t.name.c_str());
+    chat_loop(chat, std::cin, terminal);
+}
+
+// Flags that do not go together, and -ngl's meaning here.
+void check_flag_combinations(Options& o) {
+    if (o.chat && (!o.prompt_ids.empty() || !o.prompts_file.empty() || !o.prompt_file.empty() || o.beams > 1 ||
+                   o.output_ids || !o.random_weights.empty()))
+        fail("--chat takes its messages from -p or stdin and prints text: it excludes --prompt-ids, --prompts-file, "
+             "--prompt-file, --beams, --output-ids and --random-weights");
+    if (!o.system.empty() && !o.chat) fail("--system needs --chat");
+    if (o.n_gpu_layers < 0) return;
+    std::fprintf(stderr, "note: -ngl/--n-gpu-layers: %s\n", o.n_gpu_layers > 0 ? "ignored: the whole model runs on the GPU "
+                 "when there is one (--device cpu runs it on the CPU)" : "0 = no layer on the GPU: running on the CPU");
+    if (o.n_gpu_layers == 0) o.device = "cpu";
+}
+
+// --tokenizer, else MODEL/tokenizer.json, MODEL/tokenizer.model, or (default model) the one next to
+// this program; null when there is none and ids in and out suffice. Its ids must be the model's.
+std::unique_ptr<Tokenizer> find_tokenizer(Options& o, const ModelConfig& cfg, bool default_model, bool bench) {
+    if (o.tokenizer.empty() && !bench) {
+        for (const std::string& cand : {o.model + "/tokenizer.json", o.model + "/tokenizer.model",
+                                        default_model ? exe_dir() + "/tokenizer/tokenizer.model" : std::string()})
+            if (!cand.empty() && file_exists(cand)) { o.tokenizer = cand; break; }
+    }
+    if (o.tokenizer.empty()) {
+        if ((o.prompt_ids.empty() && !o.prompt_len) || !o.output_ids)
+            fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
+                 "or --prompt-ids with --output-ids");
+        return nullptr;
+    }
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);
+    if (tok->vocab_size() > cfg.vocab)
+        fail(o.tokenizer + ": the tokenizer has " + std::to_string(tok->vocab_size()) + " ids but the model's vocab_size "
+             "is " + std::to_string(cfg.vocab) + " (" + o.model + "/config.json): not this model's tokenizer");
+    return tok;
+}
+
 int run(int argc, char** argv) {
     Options o;
     if (!parse_flags(argc, argv, o)) return 0;
+    check_flag_combinations(o);
+    set_cpu_threads(o.threads);
 
     if (o.device == "cuda" && !cuda_available()) fail("--device cuda: no CUDA device available in this build/machine");
 
@@ -332,6 +451,7 @@ int run(int argc, char** argv) {
     const bool bench = !o.random_weights.empty();
     const bool default_model = o.model.empty() && !bench;
     if (default_model) o.model = exe_dir() + "/weights";
+    if (!bench) o.model = resolve_model_folder(o.model);
     if (bench && !o.model.empty()) fail("--random-weights and --model exclude each other");
     ModelConfig cfg = bench ? parse_config(read_file(o.random_weights), o.random_weights) : load_config(o.model);
     std::unique_ptr<Checkpoint> ckpt = bench ? nullptr : std::make_unique<Checkpoint>(o.model);
@@ -342,21 +462,15 @@ int run(int argc, char** argv) {
              std::to_string(cfg.max_pos) + ")");
 
     // --- tokenizer ---
-    std::unique_ptr<Tokenizer> tok;
-    if (o.tokenizer.empty() && !bench) {
-        for (const std::string& cand : {o.model + "/tokenizer.json", o.model + "/tokenizer.model",
-                                        default_model ? exe_dir() + "/tokenizer/tokenizer.model" : std::string()})
-            if (!cand.empty() && file_exists(cand)) { o.tokenizer = cand; break; }
-    }
-    if (!o.tokenizer.empty()) tok = load_tokenizer(o.tokenizer);
-    else if ((o.prompt_ids.empty() && !o.prompt_len) || !o.output_ids)
-        fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
-             "or --prompt-ids with --output-ids");
+    std::unique_ptr<Tokenizer> tok = find_tokenizer(o, cfg, default_model, bench);
+    const ChatTemplate chat_template = o.chat ? load_chat_template(o.model) : ChatTemplate{};
 
     // --- prompts ---
-    std::vector<std::vector<int>> prompts = read_prompts(o, tok.get(), cfg.vocab);
-    int n_new = o.max_new_tokens;
+    std::vector<std::vector<int>> prompts;
+    if (!o.chat) prompts = read_prompts(o, tok.get(), cfg.vocab);
+    int n_new = max_new_tokens_for(o, cfg.generation);
     for (const std::vector<int>& prompt : prompts) {
+        if (o.verbose_prompt) print_verbose_prompt(tok ? tok->decode(prompt, /*skip_special=*/false) : "", prompt);
         for (int id : prompt)
             if (id >= cfg.vocab)
                 fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
@@ -373,7 +487,7 @@ int run(int argc, char** argv) {
     // --- engine ---
     const bool use_cuda = choose_cuda(o.device, cfg);
     if (bench && !use_cuda) fail("--random-weights needs the CUDA engine (--device cuda)");
-    const int kv_blocks = kv_pool_for(o, cfg, prompts, n_new, use_cuda);
+    const int kv_blocks = o.chat ? 0 : kv_pool_for(o, cfg, prompts, n_new, use_cuda);   // chat: one sequence, max_seq
     const int max_batch = std::max<int>(prompts.size(), o.beams);
     auto t_load = Clock::now();
     LoadProgress progress(progress_line(!o.quiet && isatty(2)));
@@ -384,11 +498,15 @@ int run(int argc, char** argv) {
     } else {
         eng = make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks, &progress);
     }
-    SamplingParams sp{o.temperature, o.top_k, o.top_p, o.seed};
+    const SamplingParams sp = sampling_for(o, cfg.generation);
     auto t_warm = Clock::now();
     eng->warm_up(warm_up_for(o, prompts, sp));   // one-time work of the first request, done here
     const double warm_s = seconds_since(t_warm), load_s = seconds_since(t_load);
     // --- generation ---
+    if (o.chat) {
+        run_chat(o, chat_template, cfg, *tok, *eng, sp, n_new);
+        return 0;
+    }
     const Job job{o, cfg, tok.get(), *eng, prompts, n_new, sp, bench};
     Progress pr;
     if (o.beams > 1) beam_searches(job, pr);
@@ -404,6 +522,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    exec_with_passive_omp_wait(argv);
     try {
         return run(argc, argv);
     } catch (const std::exception& e) {

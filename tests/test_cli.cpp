@@ -36,7 +36,9 @@ TEST_F(Cli, HelpExplainsEveryFlag) {
     EXPECT_EQ(r.code, 0);
     for (const char* flag : {"--model", "--tokenizer", "--prompt", "--prompt-file", "--prompt-ids", "--max-new-tokens",
                              "--temperature", "--top-k", "--top-p", "--seed", "--device", "--dtype", "--max-seq-len",
-                             "--stats", "--output-ids", "--random-weights", "--prompt-len", "--quiet"})
+                             "--stats", "--output-ids", "--random-weights", "--prompt-len", "--quiet", "--chat",
+                             "--system", "--verbose-prompt", "--threads", "--n-gpu-layers", "--ctx-size", "--temp",
+                             "--version", "generation_config.json", "physical core"})
         EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
@@ -211,8 +213,136 @@ TEST(CliStream, SentencePieceTextEqualsOneShotDecode) {
 // character, special tokens and ids past the tokenizer's vocabulary all come up.
 TEST(CliStream, ByteLevelBpeTextEqualsOneShotDecode) {
     const std::string dir = dolma2_model_dir();
-    expect_streamed_text_equals_decode("--device cpu --model " + dir + " --temperature 1 --top-p 1 --seed 5 -n 300",
+    expect_streamed_text_equals_decode("--device cpu --model " + dir + " --temperature 1 --top-k 0 --top-p 1 --seed 5 -n 300",
                                        dir + "/tokenizer.json", "9906,1917", 1000);
+}
+
+}  // namespace
+
+namespace {
+
+RunResult generate_ok(const std::string& args) {
+    RunResult r = run_cmd("./generate " + args);
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+    return r;
+}
+
+// llama.cpp's spellings: -m, -c/--ctx-size, --temp, -t/--threads (threads, not temperature),
+// --version, -ngl (accepted, explained).
+TEST_F(Cli, LlamaCppSpellings) {
+    const std::string ids = " --prompt-ids 3,1,4,1,5 --output-ids -n 6";
+    RunResult plain = generate_ok("--device cpu --model " + dir_ + " --max-seq-len 16 --temperature 0" + ids);
+    RunResult llama = generate_ok("--device cpu -m " + dir_ + " -c 16 --temp 0 -t 1 -ngl 99" + ids);
+    EXPECT_EQ(llama.out, plain.out);
+    EXPECT_NE(llama.err.find("-ngl/--n-gpu-layers: ignored"), std::string::npos) << llama.err;
+    EXPECT_EQ(generate_ok("-m " + dir_ + " --ctx-size 16 --temp 0 --threads 2 -ngl 0" + ids).out, plain.out);
+    // -t is threads: temperature 8 would sample; with no generation_config.json, decoding is greedy.
+    EXPECT_EQ(generate_ok("--device cpu -m " + dir_ + " -c 16 -t 8" + ids).out, plain.out);
+    RunResult v = generate_ok("--version");
+    EXPECT_NE(v.out.find("olmo.cu"), std::string::npos) << v.out;
+    expect_cli_error(model_ + "-t -2" + ids, "--threads");
+}
+
+// generation_config.json supplies do_sample, temperature, top_k, top_p, max_new_tokens as
+// transformers reads them; flags override.
+TEST_F(Cli, GenerationConfigDefaults) {
+    const std::string ids = model_ + "--prompt-ids 3,1,4,1,5 --output-ids --seed 3";
+    auto with_config = [&](const json& g, const std::string& flags) {
+        write(dir_ + "/generation_config.json", g.dump());
+        return generate_ok(ids + " " + flags).out;
+    };
+    const std::string greedy = with_config({{"do_sample", false}, {"temperature", 0.6}}, "-n 20");
+    EXPECT_EQ(greedy, with_config(json::object(), "-n 20")) << "HF's default is greedy";
+    EXPECT_EQ(greedy, with_config({{"do_sample", true}}, "-n 20 --temp 0"));
+    const std::string sampled = with_config({{"do_sample", true}, {"temperature", 1.5}, {"top_k", 40}, {"top_p", 0.9}}, "-n 20");
+    EXPECT_NE(sampled, greedy);
+    EXPECT_EQ(sampled, with_config(json::object(), "-n 20 --temp 1.5 --top-k 40 --top-p 0.9"));
+    EXPECT_EQ(with_config({{"do_sample", true}}, "-n 20"), with_config(json::object(), "-n 20 --temp 1 --top-k 50 --top-p 1"))
+        << "sampling without values uses transformers' defaults";
+    EXPECT_EQ(parse_ids(with_config({{"max_new_tokens", 5}}, "")).size(), 5u);
+    EXPECT_EQ(parse_ids(with_config({{"max_new_tokens", 5}}, "-n 7")).size(), 7u);
+    EXPECT_EQ(parse_ids(with_config(json::object(), "")).size(), 59u) << "128, capped by the context of 64 (5 in the prompt)";
+    write(dir_ + "/generation_config.json", json{{"do_sample", "yes"}}.dump());
+    expect_cli_error(ids, "generation_config.json: \"do_sample\" must be true or false");
+    write(dir_ + "/generation_config.json", json{{"top_p", 0}}.dump());
+    expect_cli_error(ids, "generation_config.json: \"top_p\" must be in (0, 1]");
+    write(dir_ + "/generation_config.json", json{{"top_k", -1}}.dump());
+    expect_cli_error(ids, "generation_config.json: \"top_k\"");
+}
+
+// A Hugging Face cache folder (models--org--name) loads refs/main's snapshot.
+TEST(CliLoading, HuggingFaceCacheFolder) {
+    const std::string cache = temp_dir() + "/models--allenai--tiny", snap = cache + "/snapshots/0123abcd";
+    ASSERT_EQ(std::system(("mkdir -p " + snap + " " + cache + "/refs").c_str()), 0);
+    write_random_checkpoint(snap, tiny_olmo2_config());
+    const std::string args = " --prompt-ids 3,1,4 --output-ids -n 5 --temp 0 --device cpu";
+    expect_cli_error("--model " + cache + args, cache + ": a Hugging Face cache folder without refs/main (snapshots: 0123abcd)");
+    write(cache + "/refs/main", "0123abcd\n");
+    EXPECT_EQ(generate_ok("--model " + cache + args).out, generate_ok("--model " + snap + args).out);
+    write(cache + "/refs/main", "feedbeef");
+    expect_cli_error("--model " + cache + args, "refs/main names snapshot feedbeef, which is missing");
+    write(cache + "/refs/main", "../../etc");
+    expect_cli_error("--model " + cache + args, "is not a snapshot name");
+}
+
+// A tokenizer with more ids than the model's vocabulary is refused before anything runs.
+TEST_F(Cli, TokenizerLargerThanTheVocabulary) {
+    expect_cli_error(model_ + "--tokenizer tests/tokenizers/allenai_dolma2.json -p hi",
+                     "allenai_dolma2.json: the tokenizer has 100278 ids but the model's vocab_size is 64");
+}
+
+// dolma2_model_dir() with OLMo-2 Instruct's tokenizer_config.json (template, bos and eos).
+std::string instruct_model_dir() {
+    const std::string dir = dolma2_model_dir();
+    json cfg = {{"chat_template", read_file("tests/fixtures/chat_templates/olmo2_instruct.jinja")},
+                {"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}};
+    write(dir + "/tokenizer_config.json", cfg.dump());
+    return dir;
+}
+
+// One-shot chat: each -p is a turn; --verbose-prompt shows each prompt rendered, with the
+// earlier reply in the history.
+TEST(CliChat, OneShotTurnsWithVerbosePrompt) {
+    const std::string dir = instruct_model_dir();
+    RunResult r = generate_ok("--device cpu -m " + dir + " --chat -p Hi -p 'And you?' --system 'Be brief.' "
+                              "--verbose-prompt --temp 0 -n 4");
+    EXPECT_NE(r.err.find("as rendered:\n<|endoftext|><|system|>\nBe brief.\n<|user|>\nHi\n<|assistant|>\n\nprompt ids: "
+                         "100257,"), std::string::npos) << r.err;
+    const size_t second = r.err.find("<|user|>\nAnd you?\n<|assistant|>\n");
+    ASSERT_NE(second, std::string::npos) << r.err;
+    EXPECT_NE(r.err.rfind("<|endoftext|>\n<|user|>\nAnd you?", second), std::string::npos) << "the first reply, then eos";
+    EXPECT_FALSE(r.out.empty());
+    // Without --chat, --verbose-prompt shows the prompt as tokenized.
+    RunResult plain = generate_ok("--device cpu -m " + dir + " -p 'Hello world' --verbose-prompt --temp 0 -n 2");
+    EXPECT_NE(plain.err.find("Hello world\nprompt ids: 9906,1917\n"), std::string::npos) << plain.err;
+}
+
+// Interactive chat from stdin: empty lines skipped, /reset forgets, /exit ends (the rest of
+// the input is not read), end of input ends cleanly.
+TEST(CliChat, StdinConversation) {
+    const std::string dir = instruct_model_dir(), in = temp_dir() + "/in.txt";
+    const std::string cmd = "sh -c './generate --device cpu -m " + dir + " --chat --verbose-prompt --temp 0 -n 3 < " + in + "'";
+    write(in, "first message\n\n/reset\nsecond message\n/exit\nnever read\n");
+    RunResult r = run_cmd(cmd);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find("> "), std::string::npos) << "no prompt marker when stdin is not a terminal";
+    const size_t second = r.err.find("<|user|>\nsecond message");
+    ASSERT_NE(second, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.substr(second).find("first message"), std::string::npos) << "/reset forgets the first message";
+    EXPECT_EQ(r.err.find("never read"), std::string::npos);
+    write(in, "only line, no /exit");
+    EXPECT_EQ(run_cmd(cmd).code, 0);
+}
+
+TEST(CliChat, Errors) {
+    const std::string dir = dolma2_model_dir();
+    expect_cli_error("--device cpu --chat -p hi", "no chat template");
+    expect_cli_error("--device cpu -m " + dir + " --chat -p hi", dir + ": no chat template");
+    write(dir + "/tokenizer_config.json", json{{"chat_template", "{{ messages }}"}, {"eos_token", "x"}}.dump());
+    expect_cli_error("--device cpu -m " + dir + " --chat -p hi", "tokenizer_config.json: the chat template \"{{ messages }}");
+    expect_cli_error("--device cpu --chat -p hi --output-ids", "--chat takes its messages from -p or stdin");
+    expect_cli_error("--device cpu -p hi --system 'x'", "--system needs --chat");
+    expect_cli_error("--device cpu -cnv --beams 2", "excludes");
 }
 
 }  // namespace
