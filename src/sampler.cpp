@@ -34,6 +34,14 @@ int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t ste
             if (cum >= s.top_p) { keep = i + 1; break; }
         }
     }
+    // Min-p: keep the tokens within depth -ln(min_p) of the most likely one (computed in fp32,
+    // as the device sampler does). The first token has depth 0, so at least one stays.
+    if (s.min_p > 0.0f) {
+        const float top = logits[idx[0]] / s.temperature, max_depth = -std::log(s.min_p);
+        int within = 1;
+        while (within < keep && top - logits[idx[within]] / s.temperature <= max_depth) within++;
+        keep = within;
+    }
     double total = std::accumulate(p.begin(), p.begin() + keep, 0.0);
     double u = uniform(s.seed, step) * total, cum = 0;
     for (int i = 0; i < keep; i++) {
@@ -41,6 +49,17 @@ int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t ste
         if (u < cum) return idx[i];
     }
     return idx[keep - 1];
+}
+
+
+void apply_repetition_penalty(float* logits, int V, std::vector<int> history, float penalty) {
+    std::sort(history.begin(), history.end());
+    history.erase(std::unique(history.begin(), history.end()), history.end());
+    for (int id : history) {
+        if (id < 0 || id >= V) continue;
+        float& x = logits[id];
+        x = x < 0.0f ? x * penalty : x / penalty;
+    }
 }
 
 }  // namespace olmo
