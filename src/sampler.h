@@ -46,6 +46,15 @@ constexpr uint64_t splitmix64(uint64_t z) {
 // Picks a token id from logits [V] on the CPU; `step` counts the draws of a sequence.
 int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step);
 
+// The tokens a draw with s.temperature > 0 chooses from, most likely first (ties: lower id), with
+// their unnormalized probabilities exp(l_i / T - max_j l_j / T): sample_cpu draws the first one at
+// which the running sum of weights exceeds uniform(seed, step) times their total.
+struct Candidates {
+    std::vector<int> ids;
+    std::vector<double> weights;
+};
+Candidates sampling_candidates(const float* logits, int V, const SamplingParams& s);
+
 // logits [V] of the next token, in place: each distinct id of `history` (prompt and generated
 // tokens so far) gets logit / penalty if the logit is positive, else logit * penalty (fp32, as
 // transformers computes it on the CPU). Ids outside [0, V) are ignored.
