@@ -14,7 +14,7 @@ passed=0; failed=0; skipped=0
 failed_blocks() {
   awk '/^\[ RUN      \]/ { n = 0; delete block }
        { block[n++] = $0 }
-       /^\[  FAILED  \] [A-Za-z_0-9\/.]+ \(/ { for (i = 0; i < n && i < 40; i++) print "    " block[i]; n = 0 }'
+       /^\[  FAILED  \] .*\([0-9]+ ms\)$/ { for (i = 0; i < n && i < 40; i++) print "    " block[i]; n = 0 }'
 }
 
 # "reason (N tests)" for each distinct skip message: GoogleTest prints it on the line after
