@@ -10,7 +10,7 @@
 //
 // argmax: the largest key, by a block-wide max reduction.
 //
-// sample: transformers' warpers in their order (temperature, top-k, top-p), then a draw.
+// sample: transformers' warpers in their order (temperature, top-k, top-p, min-p), then a draw.
 //  1. m = max logit / temperature. A candidate's depth is d = m - logit / temperature >= 0 and
 //     its unnormalized probability exp(-d) is held as the fixed-point integer
 //     w = round(exp(-d) * 2^40): sums of w are exact in any order, so results cannot depend on
@@ -20,6 +20,8 @@
 //        top-k: by count, target k: keeps exactly k candidates.
 //        top-p: by weight, target ceil(top_p * W), W the weight kept so far: the smallest set of
 //               most likely candidates whose probability reaches top_p.
+//        min-p: by count, target the number of candidates with depth <= -ln(min_p) (those with
+//               p_i >= min_p * p_max, a prefix in rank order), counted over the cluster.
 //        draw:  by weight, target r + 1 with r = floor(u * W) and u in [0, 1) a counter-based
 //               random number of (seed, step): inverse-CDF sampling that walks the candidates
 //               from the most likely one, as sample_cpu does with the same u, so the two pick
@@ -211,6 +213,7 @@ struct Shared {
     u64 found[2][kThreads];       // this block's candidates of a window being gathered
     int found_count[2];
     float extremes[2];            // this block's largest and smallest logit
+    unsigned within;              // this block's candidates within the min-p depth
 };
 // The block's slice of the logits (as float) follows Shared in dynamic shared memory.
 constexpr size_t kMaxSharedBytes = sizeof(Shared) + sizeof(float) * slice_size(kMaxVocab - 1);
@@ -333,6 +336,18 @@ struct Cluster {
         __syncthreads();
     }
 
+    // How many candidates of the cluster have depth <= max_depth (with one sync of the cluster).
+    __device__ u64 count_within(float max_depth) {
+        unsigned mine = 0;
+        for_each([&](int i, float x) { mine += i >= 0 && s.depth(x) <= max_depth; });
+        mine = block_reduce(mine, SumOp{});
+        if (threadIdx.x == 0) sh.within = mine;
+        group.sync();
+        u64 total = 0;
+        for (int r = 0; r < kCluster; r++) total += *group.map_shared_rank(&sh.within, r);
+        return total;
+    }
+
     __device__ bool window_covers(u64 target, bool by_weight) const {
         if (window.n == 0) return false;
         const u64 above = by_weight ? window.above_weight : window.above_count;
@@ -400,6 +415,11 @@ sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const int* 
     if (p.top_k > 0 && p.top_k < V && sh.depth.count[kTail - 1] >= (unsigned)p.top_k)
         kept = c.select(p.top_k, false, kept);
     if (p.top_p < 1.0f) kept = c.select(nucleus_target(p.top_p, kept.weight), true, kept);
+    // Min-p cuts at depth -ln(min_p); from depth 28 on, only candidates that weigh 0 are cut.
+    if (p.min_p > 0.0f && -logf(p.min_p) < kMaxDepth) {
+        const u64 within = c.count_within(-logf(p.min_p));
+        if (within < kept.count) kept = c.select(within, false, kept);
+    }
     const u64 u = uniform_u64(p.seed, (unsigned)*step);
     const Kept drawn = c.select(__umul64hi(u, kept.weight) + 1, true, kept);  // target floor(u * W) + 1
     if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = rank_id(drawn.cut);
@@ -442,8 +462,8 @@ template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStrea
     cudaCheckLaunch();
 }
 
-// *out_id (device) = a token drawn from softmax(logits [V] / temperature) restricted by top-k
-// and top-p; the random number is a function of (p.seed, *step) (step: device pointer).
+// *out_id (device) = a token drawn from softmax(logits [V] / temperature) restricted by top-k,
+// top-p and min-p (p.repetition_penalty is not applied here: see sampler.h); the random number is a function of (p.seed, *step) (step: device pointer).
 // p.temperature must be > 0 (greedy decoding is argmax).
 template <typename T>
 void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const int* step, cudaStream_t stream) {
@@ -453,6 +473,7 @@ void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const 
         fail("sample: temperature must be > 0, got " + std::to_string(p.temperature));
     if (p.top_k < 0) fail("sample: top_k must be >= 0, got " + std::to_string(p.top_k));
     if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("sample: top_p must be in (0, 1], got " + std::to_string(p.top_p));
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) fail("sample: min_p must be in [0, 1], got " + std::to_string(p.min_p));
     allow_smem<sample_kernel<T, kVec<T>>>((int)kMaxSharedBytes);  // more than the default 48 KiB
     allow_smem<sample_kernel<T, 1>>((int)kMaxSharedBytes);
     const size_t bytes = sizeof(Shared) + sizeof(float) * slice_size(V);

@@ -180,7 +180,7 @@ protected:
         std::vector<int> pos(B);
         for (int b = 0; b < B; b++) pos[b] = kv_->len(seqs[b]);
         upload_meta(ids, pos, seqs, steps);
-        graph_for(B, logits ? std::vector<SamplingParams>{} : s);
+        graph_for(B, ids_out ? s : std::vector<SamplingParams>{});   // draws unless only logits are asked
         sync_out(B, logits, ids_out);
     }
 

@@ -81,11 +81,13 @@ std::vector<float> Engine::prefill(int seq, const std::vector<int>& ids) {
     return logits;
 }
 
-int Engine::prefill_sample(int seq, const std::vector<int>& ids, const SamplingParams& s, uint64_t step) {
+int Engine::prefill_sample(int seq, const std::vector<int>& ids, const SamplingParams& s, uint64_t step,
+                           std::vector<float>* logits) {
     check_ids(ids);
     reserve(seq, ids.size());
     int id = -1;
-    prefill_impl(seq, ids, nullptr, &id, s, step);
+    if (logits) logits->resize(config().vocab);
+    prefill_impl(seq, ids, logits ? logits->data() : nullptr, &id, s, step);
     kv_->commit(seq, (int)ids.size());
     return id;
 }
@@ -101,13 +103,15 @@ std::vector<float> Engine::decode(const std::vector<int>& seqs, const std::vecto
 }
 
 std::vector<int> Engine::decode_sample(const std::vector<int>& seqs, const std::vector<int>& ids,
-                                       const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) {
+                                       const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps,
+                                       std::vector<float>* logits) {
     if (seqs.size() != ids.size() || s.size() != ids.size() || steps.size() != ids.size())
         fail("decode: one token, one sampler and one step per sequence");
     check_ids(ids);
     for (int q : seqs) reserve(q, 1);
     std::vector<int> out(seqs.size());
-    decode_impl(seqs, ids, nullptr, out.data(), s, steps);
+    if (logits) logits->resize(seqs.size() * (size_t)config().vocab);
+    decode_impl(seqs, ids, logits ? logits->data() : nullptr, out.data(), s, steps);
     for (int q : seqs) kv_->commit(q, 1);
     return out;
 }

@@ -62,14 +62,17 @@ public:
     // Appends `ids` to `seq` and returns the fp32 logits of its last position [V].
     std::vector<float> prefill(int seq, const std::vector<int>& ids);
     // The same, then draws the next token (step numbers the draws for the RNG); on the GPU only
-    // the id leaves the device.
-    int prefill_sample(int seq, const std::vector<int>& ids, const SamplingParams& s, uint64_t step);
+    // the id leaves the device, and the logits [V] too when `logits` is given (log-probabilities).
+    int prefill_sample(int seq, const std::vector<int>& ids, const SamplingParams& s, uint64_t step,
+                       std::vector<float>* logits = nullptr);
     // One decode step: seqs[b] gets token ids[b]; returns logits [B, V].
     std::vector<float> decode(const std::vector<int>& seqs, const std::vector<int>& ids);
     // The same, drawing each sequence's next token with its own sampling parameters and RNG
-    // step (a sequence's k-th generated token uses step k, so batching does not change draws).
+    // step (a sequence's k-th generated token uses step k, so batching does not change draws);
+    // `logits`, when given, also gets the logits the tokens were drawn from [B, V].
     std::vector<int> decode_sample(const std::vector<int>& seqs, const std::vector<int>& ids,
-                                   const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps);
+                                   const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps,
+                                   std::vector<float>* logits = nullptr);
 
     // --- one sequence, for simple generation and tests: the engine's default sequence ---
     void reset();                                           // frees every sequence
@@ -95,7 +98,7 @@ protected:
     // prefill_impl fills logits [V] (if not null) and *id (if not null, drawn with s, step).
     virtual void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,
                               uint64_t step) = 0;
-    // decode_impl fills logits [B, V] (if not null) and ids_out [B] (if not null).
+    // decode_impl fills logits [B, V] (if not null) and ids_out [B] (if not null), or both.
     virtual void decode_impl(const std::vector<int>& seqs, const std::vector<int>& ids, float* logits, int* ids_out,
                              const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) = 0;
     // Copies KV block src to dst in every layer of `kind` (copy on write of a shared block).

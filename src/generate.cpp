@@ -15,6 +15,7 @@
 #include "decoding.h"
 #include "model_folder.h"
 #include "threads.h"
+#include "output.h"
 #include "tokenizer.h"
 
 using namespace olmo;
@@ -62,6 +63,8 @@ struct Options {
     int threads = 0, n_gpu_layers = -1;   // threads 0: one per physical core; -ngl -1: not given
     uint64_t seed = 0;
     bool stats = false, output_ids = false, quiet = false, chat = false, verbose_prompt = false;
+    float min_p = 0.0f, repeat_penalty = 1.0f;
+    OutputOptions out;   // --json, --logprobs, --stop (and --output-ids, copied in)
 };
 
 // The sampling settings as transformers' generate() takes them from generation_config.json
@@ -70,9 +73,9 @@ struct Options {
 SamplingParams sampling_for(const Options& o, const GenerationDefaults& g) {
     const bool flags = o.temperature >= 0 || o.top_k >= 0 || o.top_p >= 0;
     const bool sample = o.temperature >= 0 ? o.temperature > 0 : flags || g.do_sample;
-    if (!sample) return {0.0f, 0, 1.0f, o.seed};
+    if (!sample) return {0.0f, 0, 1.0f, o.seed, o.min_p, o.repeat_penalty};
     return {o.temperature >= 0 ? o.temperature : g.temperature, o.top_k >= 0 ? o.top_k : g.top_k,
-            o.top_p >= 0 ? o.top_p : g.top_p, o.seed};
+            o.top_p >= 0 ? o.top_p : g.top_p, o.seed, o.min_p, o.repeat_penalty};
 }
 
 // -n, else generation_config.json's max_new_tokens, else 128.
@@ -141,6 +144,7 @@ WarmUp warm_up_for(const Options& o, const std::vector<std::vector<int>>& prompt
         return w;
     }
     w.batch = (int)prompts.size();
+    if (sp.repetition_penalty != 1.0f) return w;   // the steps return logits (decoding.h)
     for (size_t k = 0; k < prompts.size(); k++) w.sampling.push_back(seeded(sp, k));
     return w;
 }
@@ -242,6 +246,35 @@ void add_chat_and_llama_cpp_flags(CLI::App& app, Options& o) {
     app.set_version_flag("--version", version_text());
 }
 
+// --min-p, --repeat-penalty, --stop, --json, --logprobs (README.md, "Output").
+void add_sampler_and_output_flags(CLI::App& app, Options& o) {
+    app.add_option("--min-p", o.min_p, "keep only tokens whose probability is at least this fraction of the most "
+                   "likely one's, after top-k and top-p (transformers' min_p); 0 = off (default 0)")
+        ->check(CLI::Range(0.0f, 1.0f));
+    app.add_option("--repeat-penalty", o.repeat_penalty, "transformers' repetition_penalty: the logit of every token "
+                   "already in the prompt or the output is divided by this when positive, multiplied when negative; "
+                   "1 = off (default 1); applies to greedy decoding and beam search too")
+        ->check(CLI::Range(1e-3f, 1e3f));
+    app.add_option("--stop", o.out.stops, "stop when the generated text contains this string, and cut the text before "
+                   "it; repeat the flag for several (text held back while it could begin one)");
+    app.add_flag("--json", o.out.json, "print one JSON object per sequence, one per line (prompt, text, ids, tokens, "
+                 "per-token log-probabilities, finish_reason, timings) instead of text");
+    app.add_option("--logprobs", o.out.top_logprobs, "with --json (implied): also the N most likely tokens at each "
+                   "step, with their ids, text and log-probabilities (default 0)")
+        ->check(CLI::Range(0, 100));
+}
+
+// Checks the output flags against each other and the run; fills o.out.
+void check_output_flags(Options& o, const Tokenizer* tok) {
+    if (o.out.top_logprobs > 0) o.out.json = true;
+    if (o.out.json && o.output_ids) fail("--json and --output-ids exclude each other (the JSON has the ids)");
+    if (!o.out.stops.empty() && !tok) fail("--stop needs a tokenizer (the stop strings are matched in the text)");
+    if (o.out.top_logprobs > 0 && o.beams > 1)
+        fail("--logprobs: beam search does not track alternatives (--json alone gives each token's log-probability)");
+    o.out.ids = o.output_ids;
+    StopMatcher check(o.out.stops);   // an empty stop string is an error
+}
+
 // Every flag, with its help text; false when --help or --version was asked for (and printed).
 bool parse_flags(int argc, char** argv, Options& o) {
     CLI::App app{"generate: text generation with OLMo-1/2/3 checkpoints (CPU reference or CUDA engine)"};
@@ -292,6 +325,7 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_flag("--output-ids", o.output_ids, "print the generated token ids comma-separated on one line instead of text");
     app.add_flag("-q,--quiet", o.quiet, "no progress line while the weights load (it shows only on a terminal, "
                  "for loads that take over a second)");
+    add_sampler_and_output_flags(app, o);
     add_chat_and_llama_cpp_flags(app, o);
     std::vector<std::string> args = llama_cpp_aliases(argc, argv);
     std::vector<char*> arg_ptrs;
@@ -331,64 +365,53 @@ struct Progress {
     }
 };
 
-void print_ids(const std::vector<int>& ids) {
-    for (size_t i = 0; i < ids.size(); i++) std::printf("%s%d", i ? "," : "", ids[i]);
-}
-
-// One finished output line: ids, or the text of prompt + continuation (without a final eos).
-void print_output(const Job& j, std::vector<int> prompt, const std::vector<int>& generated) {
-    if (j.o.output_ids) return print_ids(generated);
-    prompt.insert(prompt.end(), generated.begin(), generated.end());
-    const std::vector<int>& eos = j.cfg.eos_ids;
-    if (std::find(eos.begin(), eos.end(), prompt.back()) != eos.end()) prompt.pop_back();
-    std::fputs(j.tok->decode(prompt).c_str(), stdout);
-}
-
-// Beam search, prompt after prompt; the best hypothesis of each.
+// Beam search, prompt after prompt; the best hypothesis of each, cut at a stop string after the
+// search (the search itself does not look for stop strings).
 void beam_searches(const Job& j, Progress& pr) {
+    SequencePrinter printer(j.o.out, j.tok, j.cfg.vocab, j.prompts, /*labels=*/j.prompts.size() > 1);
     for (size_t k = 0; k < j.prompts.size(); k++) {
-        BeamResult r = beam_search(j.eng, j.prompts[k], j.o.beams, j.n_new, j.o.length_penalty, j.cfg.eos_ids);
+        BeamResult r = beam_search(j.eng, j.prompts[k], j.o.beams, j.n_new, j.o.length_penalty, j.cfg.eos_ids,
+                                   j.sp.repetition_penalty);
         if (k == 0) pr.ttft = seconds_since(pr.t0);
         pr.generated += r.tokens.size();
-        if (j.prompts.size() > 1) std::printf("[%zu] ", k);
-        print_output(j, j.prompts[k], r.tokens);
-        std::printf("\n");
+        printer.print_beam(k, r, j.cfg.eos_ids);
     }
 }
 
-// One prompt: the text (or ids) streamed as it is produced.
+// One prompt: the text (or ids) streamed as it is produced; text that could begin a stop string
+// is held back until the next tokens decide.
 void stream_one(const Job& j, Progress& pr) {
     const std::vector<int>& prompt = j.prompts[0];
-    std::unique_ptr<StreamDecoder> stream;
+    std::unique_ptr<TextStream> text;
+    if (j.tok && (!j.o.output_ids || !j.o.out.stops.empty()))
+        text = std::make_unique<TextStream>(*j.tok, prompt, j.o.out.stops);
     if (!j.o.output_ids) {
-        stream = std::make_unique<StreamDecoder>(*j.tok, prompt);
         std::fputs(j.tok->decode(prompt).c_str(), stdout);
         std::fflush(stdout);
     }
-    generate(j.eng, {Request{prompt, j.sp, j.n_new}}, j.cfg.eos_ids, [&](int, int id, bool eos) {
+    generate(j.eng, {Request{prompt, j.sp, j.n_new}}, j.cfg.eos_ids, [&](const NewToken& t) {
         pr.token();
-        if (stream && !eos) std::fputs(stream->push(id).c_str(), stdout);
-        if (j.o.output_ids) std::printf("%s%d", pr.generated > 1 ? "," : "", id);
+        const std::string piece = text ? text->push(t.id) : "";
+        if (j.o.output_ids) std::printf("%s%d", pr.generated > 1 ? "," : "", t.id);
+        else std::fputs(piece.c_str(), stdout);
         std::fflush(stdout);
+        return text && text->stopped();
     });
-    if (stream) std::fputs(stream->flush().c_str(), stdout);
+    if (text && !j.o.output_ids) std::fputs(text->finish().c_str(), stdout);
     std::printf("\n");
 }
 
-// A batch: every prompt decodes in the same steps, each with its own seed (seed + k); the
-// outputs are printed per prompt at the end, labelled [k].
+// A batch (or --json): every prompt decodes in the same steps, each with its own seed
+// (seed + k); each sequence is printed the moment it ends (output.h: "[k] text" or JSON).
 void generate_batch(const Job& j, Progress& pr) {
     std::vector<Request> reqs;
-    for (size_t k = 0; k < j.prompts.size(); k++) reqs.push_back({j.prompts[k], seeded(j.sp, k), j.n_new});
-    auto outs = generate(j.eng, reqs, j.bench ? std::vector<int>{} : j.cfg.eos_ids, [&](int, int, bool) {
+    for (size_t k = 0; k < j.prompts.size(); k++) reqs.push_back({j.prompts[k], seeded(j.sp, k), j.n_new, j.o.out.json});
+    SequencePrinter printer(j.o.out, j.tok, j.cfg.vocab, j.prompts, /*labels=*/true);
+    generate(j.eng, reqs, j.bench ? std::vector<int>{} : j.cfg.eos_ids, [&](const NewToken& t) {
         pr.token();
         if (pr.generated == j.prompts.size()) pr.t_decode = seconds_since(pr.t0);   // every prompt prefilled
+        return printer.on_token(t);
     });
-    for (size_t k = 0; k < outs.size(); k++) {
-        std::printf("[%zu] ", k);
-        print_output(j, j.prompts[k], outs[k]);
-        std::printf("\n");
-    }
 }
 
 // --chat: the checkpoint's chat template around each message; the -p messages in turn, else an
@@ -465,6 +488,8 @@ int run(int argc, char** argv) {
     std::unique_ptr<Tokenizer> tok = find_tokenizer(o, cfg, default_model, bench);
     const ChatTemplate chat_template = o.chat ? load_chat_template(o.model) : ChatTemplate{};
 
+    check_output_flags(o, tok.get());
+
     // --- prompts ---
     std::vector<std::vector<int>> prompts;
     if (!o.chat) prompts = read_prompts(o, tok.get(), cfg.vocab);
@@ -510,7 +535,7 @@ int run(int argc, char** argv) {
     const Job job{o, cfg, tok.get(), *eng, prompts, n_new, sp, bench};
     Progress pr;
     if (o.beams > 1) beam_searches(job, pr);
-    else if (prompts.size() == 1 && !bench) stream_one(job, pr);
+    else if (prompts.size() == 1 && !bench && !o.out.json) stream_one(job, pr);
     else generate_batch(job, pr);
     const double total = seconds_since(pr.t0);
 

@@ -13,8 +13,7 @@ static double uniform(uint64_t seed, uint64_t step) {
     return (splitmix64(seed + kGolden64 * (step + 1)) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step) {
-    if (s.temperature <= 0.0f) return cpu::argmax(logits, V);
+Candidates sampling_candidates(const float* logits, int V, const SamplingParams& s) {
     std::vector<int> idx(V);
     std::iota(idx.begin(), idx.end(), 0);
     int k = (s.top_k > 0 && s.top_k < V) ? s.top_k : V;
@@ -34,13 +33,40 @@ int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t ste
             if (cum >= s.top_p) { keep = i + 1; break; }
         }
     }
-    double total = std::accumulate(p.begin(), p.begin() + keep, 0.0);
-    double u = uniform(s.seed, step) * total, cum = 0;
-    for (int i = 0; i < keep; i++) {
-        cum += p[i];
-        if (u < cum) return idx[i];
+    // Min-p: keep the tokens within depth -ln(min_p) of the most likely one (computed in fp32,
+    // as the device sampler does). The first token has depth 0, so at least one stays.
+    if (s.min_p > 0.0f) {
+        const float top = logits[idx[0]] / s.temperature, max_depth = -std::log(s.min_p);
+        int within = 1;
+        while (within < keep && top - logits[idx[within]] / s.temperature <= max_depth) within++;
+        keep = within;
     }
-    return idx[keep - 1];
+    idx.resize(keep);
+    p.resize(keep);
+    return {idx, p};
+}
+
+int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step) {
+    if (s.temperature <= 0.0f) return cpu::argmax(logits, V);
+    const Candidates c = sampling_candidates(logits, V, s);
+    const double total = std::accumulate(c.weights.begin(), c.weights.end(), 0.0);
+    const double u = uniform(s.seed, step) * total;
+    double cum = 0;
+    for (size_t i = 0; i < c.ids.size(); i++) {
+        cum += c.weights[i];
+        if (u < cum) return c.ids[i];
+    }
+    return c.ids.back();
+}
+
+void apply_repetition_penalty(float* logits, int V, std::vector<int> history, float penalty) {
+    std::sort(history.begin(), history.end());
+    history.erase(std::unique(history.begin(), history.end()), history.end());
+    for (int id : history) {
+        if (id < 0 || id >= V) continue;
+        float& x = logits[id];
+        x = x < 0.0f ? x * penalty : x / penalty;
+    }
 }
 
 }  // namespace olmo

@@ -3,10 +3,20 @@
 // One struct of sampling settings serves both engines: the CPU sampler below and the device
 // sampler in kernels/sampling.cuh apply the same rules, in transformers' order: divide the
 // logits by the temperature, keep the top_k largest, keep the smallest set of most likely
-// tokens whose probability reaches top_p, then draw with a uniform number from a counter-based
-// RNG of (seed, step), so a given seed always gives the same text. temperature 0 is greedy.
+// tokens whose probability reaches top_p, keep the tokens whose probability is at least min_p
+// times the largest one (MinPLogitsWarper; with p_max the largest, p_i >= min_p * p_max <=>
+// depth_i = max_j(l_j / T) - l_i / T <= -ln(min_p)), then draw with a uniform number from a
+// counter-based RNG of (seed, step), so a given seed always gives the same text. temperature 0
+// is greedy (min-p never removes the most likely token, so it does not change greedy picks).
+//
+// The repetition penalty (RepetitionPenaltyLogitsProcessor) comes before all of these and needs
+// the sequence's history: apply_repetition_penalty() rewrites the logits of every id already in
+// the sequence (prompt and generated tokens), logit / penalty when positive, logit * penalty
+// when not. The samplers themselves never see it: the decoding loop (decoding.cpp) asks the
+// engine for logits, applies it and picks on the host when a penalty is set.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace olmo {
 
@@ -15,12 +25,14 @@ struct SamplingParams {
     int top_k = 0;             // 0 = off
     float top_p = 1.0f;        // 1 = off
     uint64_t seed = 0;
+    float min_p = 0.0f;               // 0 = off
+    float repetition_penalty = 1.0f;  // 1 = off; applied by the decoding loop, not the samplers
     bool operator==(const SamplingParams& o) const {
-        return temperature == o.temperature && top_k == o.top_k && top_p == o.top_p && seed == o.seed;
+        return temperature == o.temperature && top_k == o.top_k && top_p == o.top_p && seed == o.seed &&
+               min_p == o.min_p && repetition_penalty == o.repetition_penalty;
     }
 };
 
-// Picks a token id from logits [V] on the CPU; `step` counts the draws of a sequence.
 // splitmix64's finalizer: a tiny, well-mixed hash of a 64-bit counter. The samplers draw
 // uniform(seed, step) from splitmix64(seed + golden * (step + 1)); constexpr, so device code
 // calls it too (nvcc --expt-relaxed-constexpr).
@@ -31,6 +43,21 @@ constexpr uint64_t splitmix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+// Picks a token id from logits [V] on the CPU; `step` counts the draws of a sequence.
 int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step);
+
+// The tokens a draw with s.temperature > 0 chooses from, most likely first (ties: lower id), with
+// their unnormalized probabilities exp(l_i / T - max_j l_j / T): sample_cpu draws the first one at
+// which the running sum of weights exceeds uniform(seed, step) times their total.
+struct Candidates {
+    std::vector<int> ids;
+    std::vector<double> weights;
+};
+Candidates sampling_candidates(const float* logits, int V, const SamplingParams& s);
+
+// logits [V] of the next token, in place: each distinct id of `history` (prompt and generated
+// tokens so far) gets logit / penalty if the logit is positive, else logit * penalty (fp32, as
+// transformers computes it on the CPU). Ids outside [0, V) are ignored.
+void apply_repetition_penalty(float* logits, int V, std::vector<int> history, float penalty);
 
 }  // namespace olmo

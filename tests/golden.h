@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,24 @@ inline DecodeErr check_decode(Engine& eng, const SafeTensorsFile& golden, double
     EXPECT_LE(e.tensor, tensor_tol) << "decode_logits over " << ids.size() << " steps";
     return e;
 }
+
+// The logits of the prompt's last position [V] from a golden file.
+inline std::vector<float> last_prompt_logits(const SafeTensorsFile& golden) {
+    const TensorView& t = *golden.find("logits");
+    std::vector<float> all = to_f32(t);
+    const size_t V = t.shape.back();
+    return std::vector<float>(all.end() - V, all.end());
+}
+
+// tests/fixtures/sampler_refs.json, transformers' results for the samplers and the repetition
+// penalty (written by tests/make_sampler_refs.py on a machine with transformers), or null when
+// it has not been made. refs["fixtures"][name] holds one fixture's (default model: "default_model").
+inline nlohmann::json sampler_refs() {
+    const std::string path = "tests/fixtures/sampler_refs.json";
+    return file_exists(path) ? nlohmann::json::parse(read_file(path)) : nlohmann::json();
+}
+constexpr const char* kNoSamplerRefs =
+    "tests/fixtures/sampler_refs.json is missing (python3 tests/make_sampler_refs.py, with transformers)";
 
 // Greedy generation like transformers' generate(do_sample=False): argmax, stop after eos.
 inline std::vector<int> greedy(Engine& eng, const std::vector<int>& prompt, int n) {

@@ -1,17 +1,51 @@
 #!/usr/bin/env bash
-# Runs each GoogleTest binary given on the command line and sums the results into one line:
-#   "N passed, N failed, N skipped". Exits non-zero when any test failed or a binary crashed.
-# A binary is run from the repository root, so tests find their fixtures at tests/fixtures.
-passed=0; failed=0; skipped=0; crashed=0
+# Runs each GoogleTest binary given on the command line and prints one line per binary: its
+# passed / failed / skipped counts, the time it took and each distinct reason for its skips
+# (once, with how many tests it skipped). A failed test's own output follows its binary's line;
+# a binary that crashes shows the end of its output. The full output of every binary goes to
+# <build>/test-logs/<binary>.log (build/test-logs/ for the default build). The last line sums
+# everything up: "N passed, N failed, N skipped" (CI looks for it); the exit status is non-zero
+# when a test failed or a binary crashed. Binaries run from the repository root, so tests find
+# their fixtures at tests/fixtures.
+passed=0; failed=0; skipped=0
+
+# The blocks of the failed tests in a GoogleTest output: from "[ RUN ]" to "[ FAILED ]", at most
+# 40 lines of each.
+failed_blocks() {
+  awk '/^\[ RUN      \]/ { n = 0; delete block }
+       { block[n++] = $0 }
+       /^\[  FAILED  \] .*\([0-9]+ ms\)$/ { for (i = 0; i < n && i < 40; i++) print "    " block[i]; n = 0 }'
+}
+
+# "reason (N tests)" for each distinct skip message: GoogleTest prints it on the line after
+# "<file>:<line>: Skipped".
+skip_reasons() {
+  awk 'prev ~ /: Skipped$/ { print } { prev = $0 }' | sort | uniq -c | sort -rn |
+    awk '{ n = $1; $1 = ""; sub(/^ /, ""); printf "%s%s (%d test%s)", sep, $0, n, n == 1 ? "" : "s"; sep = "; " }'
+}
+
 for bin in "$@"; do
-  echo "=== $bin"
-  out=$("$bin" --gtest_color=no 2>&1); rc=$?
-  echo "$out" | grep -E '^\[  (FAILED|SKIPPED) |^\[==========\]|Skipped|error|Failure|exception|rel-L2|Expected|Which is|Value of|Actual|  [a-z_]+$|^[a-z].*[0-9]e[-+][0-9]' | grep -v '^\[  FAILED  \] [0-9]* tests\?, listed below' | head -60
-  p=$(echo "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' | tail -1)
-  f=$(echo "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below.*/\1/p' | tail -1)
-  s=$(echo "$out" | sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below.*/\1/p' | tail -1)
-  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0})); skipped=$((skipped + ${s:-0}))
-  if [ $rc -ne 0 ] && [ -z "$f" ]; then echo "!!! $bin exited with $rc"; echo "$out" | tail -20; crashed=$((crashed + 1)); failed=$((failed + 1)); fi
+  name=$(basename "$bin")
+  logs="$(dirname "$(dirname "$bin")")/test-logs"
+  mkdir -p "$logs"
+  log="$logs/$name.log"
+  start=$(date +%s%N)
+  "$bin" --gtest_color=no >"$log" 2>&1; rc=$?
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$log" | tail -1)
+  f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below.*/\1/p' "$log" | tail -1)
+  s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below.*/\1/p' "$log" | tail -1)
+  p=${p:-0}; f=${f:-0}; s=${s:-0}
+  line=$(printf '%-22s %4d passed, %d failed, %d skipped  %4d.%d s' "$name" "$p" "$f" "$s" $((ms / 1000)) $((ms % 1000 / 100)))
+  [ "$s" -gt 0 ] && line="$line  (skipped: $(skip_reasons <"$log"))"
+  echo "$line"
+  [ "$f" -gt 0 ] && failed_blocks <"$log"
+  if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "!!! $name exited with status $rc; the end of its output ($log):"
+    tail -20 "$log" | sed 's/^/    /'
+    f=1
+  fi
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
 done
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 [ "$failed" -eq 0 ]

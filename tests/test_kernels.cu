@@ -423,7 +423,7 @@ TYPED_TEST(Kernels, RopeQKV) {
 
 // ---- sampling ----
 
-// The warpers of transformers, independently, in double: the allowed candidates and their
+// The warpers of transformers (min-p: p_i >= min_p * p_max), independently, in double: the allowed candidates and their
 // renormalized probabilities (0 for the others).
 std::vector<double> reference_distribution(const std::vector<float>& logits, const SamplingParams& s) {
     const int V = (int)logits.size();
@@ -443,6 +443,7 @@ std::vector<double> reference_distribution(const std::vector<float>& logits, con
             keep = r + 1;
             break;
         }
+    while (s.min_p > 0.0f && keep > 1 && z[order[0]] - z[order[keep - 1]] > -std::log((double)s.min_p)) keep--;
     double kept = 0;
     for (int r = 0; r < V; r++) {
         if (r < keep) kept += p[order[r]];
@@ -524,8 +525,8 @@ template <typename T> void expect_matches_cpu_sampler(const SamplerCase& c, int 
         mismatches += ids[j] != sample_cpu(x.data(), c.V, c.s, j);
         outside += ids[j] < 0 || ids[j] >= c.V || p[ids[j]] == 0.0;
     }
-    const std::string what = fmt("%s sample V=%d t=%.2f k=%d p=%.2f ties=%d offset=%d", dtype_name<T>(), c.V,
-                                 c.s.temperature, c.s.top_k, c.s.top_p, c.spread > 0, c.offset);
+    const std::string what = fmt("%s sample V=%d t=%.2f k=%d p=%.2f min_p=%.2g ties=%d offset=%d", dtype_name<T>(),
+                                 c.V, c.s.temperature, c.s.top_k, c.s.top_p, c.s.min_p, c.spread > 0, c.offset);
     std::printf("  %-58s %d draws: %d differ from sample_cpu, %d outside the set\n", what.c_str(), n, mismatches,
                 outside);
     EXPECT_EQ(outside, 0) << what;
@@ -555,12 +556,25 @@ TYPED_TEST(Kernels, SampleMatchesCpuSamplerWithTies) {
         expect_matches_cpu_sampler<TypeParam>(c, 16, this->rng);
 }
 
+// Min-p after top-k and top-p: a cut by count (the candidates within depth -ln(min_p)), alone,
+// after the others, on ties, with min_p = 1 (the ties of the best only) and with a cut deeper
+// than the candidates that weigh anything (nothing to do).
+TYPED_TEST(Kernels, SampleMatchesCpuSamplerWithMinP) {
+    for (const SamplerCase& c : {SamplerCase{100352, 0, {1.0f, 0, 1.0f, 31, 0.05f}},
+                                 SamplerCase{100352, 0, {0.7f, 50, 0.9f, 32, 0.1f}},
+                                 SamplerCase{100352, 0, {1.5f, 0, 0.95f, 33, 0.002f}},
+                                 SamplerCase{3000, 0.25f, {1.0f, 0, 1.0f, 34, 0.3f}},
+                                 SamplerCase{1001, 0.5f, {0.9f, 0, 1.0f, 35, 1.0f}, 1},
+                                 SamplerCase{100352, 0, {1.0f, 0, 1.0f, 36, 1e-13f}}})
+        expect_matches_cpu_sampler<TypeParam>(c, 16, this->rng);
+}
+
 // Every path of the kernel, one draw each, one (dtype, path) per test: compute-sanitizer
 // racecheck takes one to several minutes per launch of this kernel (a cluster of 8 blocks of
 // 1024 threads), so scripts/final_check.sh racechecks these tests one process each. Paths: a
 // vocabulary smaller than the cluster's slices (some blocks hold no logits), V = 1, misaligned
 // logits with the top-k window reused by top-p, a large vocabulary, and ~2700 exact ties in one
-// depth bin, which needs the radix narrowing down to the id digits.
+// depth bin, which needs the radix narrowing down to the id digits; min-p's count over the cluster.
 struct SamplerPath {
     const char* name;
     SamplerCase c;
@@ -571,6 +585,7 @@ const SamplerPath kSamplerPaths[] = {
     {"misaligned_topk_topp", {1001, 0, {0.9f, 100, 0.9f, 23}, 1}},
     {"large_vocab", {100352, 0, {0.6f, 40, 0.95f, 24}}},
     {"exact_ties", {3000, 8.0f, {1.0f, 2000, 0.95f, 25}}},
+    {"min_p", {100352, 0, {0.8f, 0, 0.95f, 26, 0.05f}}},
 };
 class SampleOnce : public ::testing::TestWithParam<std::tuple<int, SamplerPath>> {
 protected:
