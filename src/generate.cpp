@@ -372,9 +372,9 @@ int run(int argc, char** argv) {
             if (!cand.empty() && file_exists(cand)) { o.tokenizer = cand; break; }
     }
     if (!o.tokenizer.empty()) tok = load_tokenizer(o.tokenizer);
-    else if ((o.prompt_ids.empty() && !o.prompt_len) || !o.output_ids)
+    else if ((o.prompt_ids.empty() && !o.prompt_len) || !(o.output_ids || o.out.json || o.out.top_logprobs))
         fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
-             "or --prompt-ids with --output-ids");
+             "or --prompt-ids with --output-ids or --json");
 
     check_output_flags(o, tok.get());
 
