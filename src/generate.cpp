@@ -450,9 +450,9 @@ std::unique_ptr<Tokenizer> find_tokenizer(Options& o, const ModelConfig& cfg, bo
             if (!cand.empty() && file_exists(cand)) { o.tokenizer = cand; break; }
     }
     if (o.tokenizer.empty()) {
-        if ((o.prompt_ids.empty() && !o.prompt_len) || !o.output_ids)
+        if ((o.prompt_ids.empty() && !o.prompt_len) || !(o.output_ids || o.out.json || o.out.top_logprobs))
             fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
-                 "or --prompt-ids with --output-ids");
+                 "or --prompt-ids with --output-ids or --json");
         return nullptr;
     }
     std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);

@@ -14,12 +14,18 @@ static double uniform(uint64_t seed, uint64_t step) {
 }
 
 Candidates sampling_candidates(const float* logits, int V, const SamplingParams& s) {
-    std::vector<int> idx(V);
-    std::iota(idx.begin(), idx.end(), 0);
-    int k = (s.top_k > 0 && s.top_k < V) ? s.top_k : V;
     // Sort the candidates by logit, descending (ties: lower id first); only the top k matter.
-    auto by_logit = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_logit);
+    // (logit, id) pairs sort faster than ids compared through the logits.
+    std::vector<std::pair<float, int>> order(V);
+    for (int i = 0; i < V; i++) order[i] = {logits[i], i};
+    const int k = (s.top_k > 0 && s.top_k < V) ? s.top_k : V;
+    auto by_logit = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    if (k == V) std::sort(order.begin(), order.end(), by_logit);
+    else std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
+    std::vector<int> idx(k);
+    for (int i = 0; i < k; i++) idx[i] = order[i].second;
     std::vector<double> p(k);
     const double mx = logits[idx[0]] / s.temperature;
     double sum = 0;

@@ -2,7 +2,11 @@
 // line on stderr and a non-zero exit, seeds are reproducible, and greedy ids on every golden
 // fixture equal transformers' generate(). Runs the ./generate built in the repository root.
 #include <algorithm>
+#include <numeric>
+#include <set>
 #include <sstream>
+
+#include "decoding.h"
 
 #include "golden.h"
 #include "safetensors.h"
@@ -38,7 +42,8 @@ TEST_F(Cli, HelpExplainsEveryFlag) {
                              "--temperature", "--top-k", "--top-p", "--seed", "--device", "--dtype", "--max-seq-len",
                              "--stats", "--output-ids", "--random-weights", "--prompt-len", "--quiet", "--chat",
                              "--system", "--verbose-prompt", "--threads", "--n-gpu-layers", "--ctx-size", "--temp",
-                             "--version", "generation_config.json", "physical core"})
+                             "--version", "generation_config.json", "physical core", "--min-p",
+                             "--repeat-penalty", "--stop", "--json", "--logprobs"})
         EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
@@ -53,6 +58,14 @@ TEST_F(Cli, BadFlagValues) {
     expect_cli_error(model_ + "--prompt-ids 1,x,3 --output-ids", "\"x\" is not a token id");
     expect_cli_error(model_ + "--prompt-ids 1,2,999 --output-ids", "token id 999 is outside the vocabulary");
     expect_cli_error(model_ + "--prompt-ids 1 --output-ids --no-such-flag", "--no-such-flag");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --min-p 1.5", "--min-p");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --min-p -0.1", "--min-p");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --repeat-penalty 0", "--repeat-penalty");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --json --logprobs -1", "--logprobs");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --json --output-ids", "--json and --output-ids exclude each other");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --stop x", "--stop needs a tokenizer");
+    expect_cli_error("--device cpu -p hi --stop ''", "--stop: a stop string is empty");
+    expect_cli_error("--device cpu -p hi --beams 2 --logprobs 2", "--logprobs: beam search");
 }
 
 TEST_F(Cli, BadInputs) {
@@ -343,6 +356,203 @@ TEST(CliChat, Errors) {
     expect_cli_error("--device cpu --chat -p hi --output-ids", "--chat takes its messages from -p or stdin");
     expect_cli_error("--device cpu -p hi --system 'x'", "--system needs --chat");
     expect_cli_error("--device cpu -cnv --beams 2", "excludes");
+// --- the sampler and output flags (issue 17) ---
+
+const std::string kGreedy = "./generate --device cpu --temperature 0 ";
+
+// The text cut before the first occurrence of any of `stops` (the whole text if none occurs).
+std::string cut_before(const std::string& text, const std::vector<std::string>& stops) {
+    size_t first = std::string::npos;
+    for (const std::string& s : stops) first = std::min(first, text.find(s));
+    return text.substr(0, first);
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string l; std::getline(ss, l);) out.push_back(l);
+    return out;
+}
+
+// A stop string split across tokens cuts the streamed text before it; the earliest of several
+// wins; with --output-ids the ids end at the token that completed it.
+TEST(CliStop, CutsTheTextBeforeTheStopString) {
+    const std::string args = kGreedy + "-n 20 -p 'Once upon a time' ";
+    RunResult plain = run_cmd(args), ids = run_cmd(args + "--output-ids");
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    ASSERT_NE(plain.out.find("ed to pl"), std::string::npos) << "the greedy text changed: " << plain.out;
+    RunResult one = run_cmd(args + "--stop 'ed to pl'");
+    EXPECT_EQ(one.out, cut_before(plain.out, {"ed to pl"}) + "\n");
+    RunResult two = run_cmd(args + "--stop 'ed to pl' --stop 'little'");
+    EXPECT_EQ(two.out, cut_before(plain.out, {"little"}) + "\n");
+    RunResult none = run_cmd(args + "--stop 'no such words'");
+    EXPECT_EQ(none.out, plain.out);
+    RunResult stopped_ids = run_cmd(args + "--output-ids --stop 'ed to pl'");
+    const std::vector<int> all = parse_ids(ids.out), some = parse_ids(stopped_ids.out);
+    ASSERT_LT(some.size(), all.size());
+    EXPECT_EQ(some, std::vector<int>(all.begin(), all.begin() + some.size()));
+}
+
+// Batches and beams: each sequence's continuation is cut at its own stop string; JSON says "stop".
+TEST(CliStop, BatchJsonAndBeams) {
+    const std::vector<std::string> prompts = {"Once upon a time", "The little rabbit"};
+    const std::string two_prompts = "-n 16 -p '" + prompts[0] + "' -p '" + prompts[1] + "' ";
+    RunResult plain = run_cmd(kGreedy + two_prompts), cut = run_cmd(kGreedy + two_prompts + "--stop ' a'");
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    std::vector<std::string> a = lines_of(plain.out), b = lines_of(cut.out);   // in the order they ended
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    ASSERT_EQ(b.size(), 2u) << cut.out;
+    int stopped = 0;
+    for (size_t k = 0; k < 2; k++) {
+        const std::string &pl = a.at(k), &cl = b[k];
+        const std::string head = pl.substr(0, 4) + prompts.at(pl[1] - '0');
+        EXPECT_EQ(cl, head + cut_before(pl.substr(head.size()), {" a"}));
+        stopped += cl.size() < pl.size();
+    }
+    EXPECT_EQ(stopped, 2) << plain.out;
+    RunResult j = run_cmd(kGreedy + two_prompts + "--json --stop ' a'");
+    int n = 0;
+    for (const std::string& line : lines_of(j.out)) {
+        const json o = json::parse(line);
+        EXPECT_EQ(o["text"].get<std::string>().find(" a"), std::string::npos);
+        EXPECT_EQ(o["finish_reason"], "stop");
+        EXPECT_LT(o["ids"].size(), 16u);
+        n++;
+    }
+    EXPECT_EQ(n, 2);
+    RunResult beam = run_cmd(kGreedy + "-n 16 --beams 2 -p '" + prompts[0] + "'");
+    RunResult beam_cut = run_cmd(kGreedy + "-n 16 --beams 2 -p '" + prompts[0] + "' --stop ' a'");
+    ASSERT_EQ(beam.code, 0) << beam.err;
+    EXPECT_EQ(beam_cut.out, prompts[0] + cut_before(beam.out.substr(prompts[0].size()), {" a"}) + "\n");
+    EXPECT_LT(beam_cut.out.size(), beam.out.size());
+}
+
+
+// --json on a golden fixture (no tokenizer: ids only): greedy ids equal transformers', each
+// token's logprob equals log_softmax of the golden logits of its step, and the top alternatives
+// are the golden logits' largest.
+TEST(CliJson, LogprobsEqualLogSoftmaxOfGoldenLogits) {
+    Fixture f("olmo2_gqa");
+    const std::vector<int> prompt = to_i32(*f.golden.find("prompt_ids")), greedy = to_i32(*f.golden.find("greedy_ids"));
+    const std::vector<float> last = last_prompt_logits(f.golden), decode = to_f32(*f.golden.find("decode_logits"));
+    const int V = f.cfg.vocab, steps = (int)decode.size() / V + 1;
+    RunResult r = run_cmd("./generate --device cpu --model " + f.dir + " --prompt-ids " + id_list(prompt) +
+                          " --temperature 0 --json --logprobs 3 -n " + std::to_string(steps));
+    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_EQ(lines_of(r.out).size(), 1u) << r.out;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["ids"].get<std::vector<int>>(), std::vector<int>(greedy.begin(), greedy.begin() + steps));
+    EXPECT_EQ(j["prompt_ids"].get<std::vector<int>>(), prompt);
+    EXPECT_EQ(j["finish_reason"], "length");
+    EXPECT_FALSE(j.contains("text"));
+    ASSERT_EQ(j["logprobs"].size(), (size_t)steps);
+    for (int s = 0; s < steps; s++) {
+        const float* l = s == 0 ? last.data() : decode.data() + (size_t)(s - 1) * V;
+        double mx = *std::max_element(l, l + V), sum = 0;
+        for (int i = 0; i < V; i++) sum += std::exp(l[i] - mx);
+        auto log_softmax = [&](int i) { return l[i] - mx - std::log(sum); };
+        EXPECT_NEAR(j["logprobs"][s].get<double>(), log_softmax(greedy[s]), 1e-4) << "step " << s;
+        std::vector<int> order(V);
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + 3, order.end(), [&](int a, int b) { return l[a] > l[b]; });
+        for (int k = 0; k < 3; k++) {
+            EXPECT_EQ(j["top_logprobs"][s][k]["id"], order[k]) << "step " << s;
+            EXPECT_NEAR(j["top_logprobs"][s][k]["logprob"].get<double>(), log_softmax(order[k]), 1e-4);
+        }
+    }
+    EXPECT_GT(j["timings"]["total_ms"].get<double>(), 0.0);
+}
+
+// JSON Lines for a batch, with prompts holding quotes, backslashes and a newline: every line is
+// one object (nlohmann here; Python's json below when python3 is there).
+const std::string kAwkwardPrompts = "-p 'She said \"stop\"' -p 'C:\\dir' -p 'Once upon\na time' ";
+
+TEST(CliJson, BatchIsJsonLines) {
+    RunResult r = run_cmd(kGreedy + "-n 6 --json " + kAwkwardPrompts);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::vector<std::string> lines = lines_of(r.out);
+    ASSERT_EQ(lines.size(), 3u) << r.out;
+    std::set<int> seen;
+    for (const std::string& line : lines) {
+        const json j = json::parse(line);
+        seen.insert(j["index"].get<int>());
+        for (const char* key : {"prompt", "prompt_ids", "text", "ids", "tokens", "logprobs", "finish_reason", "timings"})
+            EXPECT_TRUE(j.contains(key)) << key;
+        EXPECT_EQ(j["ids"].size(), j["logprobs"].size());
+        std::string joined;
+        for (const auto& t : j["tokens"]) joined += t.get<std::string>();
+        EXPECT_EQ(joined, j["text"].get<std::string>());
+    }
+    EXPECT_EQ(seen, (std::set<int>{0, 1, 2}));
+    EXPECT_NE(r.out.find("\"prompt\":\"Once upon\\na time\""), std::string::npos);
+}
+
+TEST(CliJson, PythonJsonParsesIt) {
+    if (run_cmd("command -v python3").code != 0) GTEST_SKIP() << "python3 not installed: checked with nlohmann only";
+    const std::string d = temp_dir();
+    write(d + "/check.py",
+          "import json, sys\n"
+          "objs = [json.loads(line) for line in sys.stdin]\n"
+          "assert sorted(o['index'] for o in objs) == [0, 1, 2], objs\n"
+          "for o in objs:\n"
+          "    assert len(o['ids']) == len(o['logprobs']) == len(o['top_logprobs']) == len(o['tokens'])\n"
+          "    assert all(len(t) == 2 for t in o['top_logprobs'])\n"
+          "    assert ''.join(o['tokens']) == o['text'] and o['finish_reason'] in ('stop', 'eos', 'length')\n"
+          "print('ok', len(objs))\n");
+    RunResult r = run_cmd("(" + kGreedy + "-n 6 --logprobs 2 " + kAwkwardPrompts + "| python3 " + d + "/check.py)");
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, "ok 3\n");
+}
+
+// Plain batch output: one line per sequence, "[k] " + the text with \ \n \r escaped; unescaped,
+// each equals that prompt's single run.
+TEST(CliBatch, LinesAreEscapedAndOnePerSequence) {
+    RunResult r = run_cmd(kGreedy + "-n 8 " + kAwkwardPrompts);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::vector<std::string> lines = lines_of(r.out);
+    ASSERT_EQ(lines.size(), 3u) << r.out;
+    const std::vector<std::string> prompts = {"'She said \"stop\"'", "'C:\\dir'", "'Once upon\na time'"};
+    for (const std::string& line : lines) {
+        ASSERT_EQ(line[0], '[');
+        const int k = line[1] - '0';
+        std::string text;
+        for (size_t i = 4; i < line.size(); i++) {
+            if (line[i] != '\\') { text += line[i]; continue; }
+            const char c = line[++i];
+            text += c == 'n' ? '\n' : c == 'r' ? '\r' : c;
+        }
+        EXPECT_EQ(text + "\n", run_cmd(kGreedy + "-n 8 -p " + prompts[k]).out) << line;
+    }
+}
+
+// --min-p 1 keeps only the most likely token: sampling at any temperature is greedy.
+TEST(CliSampling, MinPOneIsGreedyAndSeedsRepeat) {
+    const std::string args = "./generate --device cpu -n 16 -p 'The little rabbit' --output-ids ";
+    RunResult greedy = run_cmd(args + "--temperature 0"), minp1 = run_cmd(args + "--temperature 1.5 --min-p 1 --seed 3");
+    ASSERT_EQ(minp1.code, 0) << minp1.err;
+    EXPECT_EQ(minp1.out, greedy.out);
+    RunResult a = run_cmd(args + "--temperature 1 --min-p 0.05 --seed 9"), b = run_cmd(args + "--temperature 1 --min-p 0.05 --seed 9");
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_NE(a.out, greedy.out);
+}
+
+// --repeat-penalty from the command line: the ids of the decoding loop with the same penalty
+// (test_generation_options checks those against transformers), and not plain greedy's.
+TEST(CliSampling, RepeatPenaltyGreedy) {
+    Fixture f("olmo2_gqa");
+    const std::vector<int> prompt = to_i32(*f.golden.find("prompt_ids"));
+    RunResult r = run_cmd("./generate --device cpu --model " + f.dir + " --prompt-ids " + id_list(prompt) +
+                          " --temperature 0 --output-ids -n 24 --repeat-penalty 1.3");
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto eng = make_cpu_engine(f.cfg, f.ckpt, f.seq_len(), 8);
+    SamplingParams s;
+    s.repetition_penalty = 1.3f;
+    EXPECT_EQ(parse_ids(r.out), generate(*eng, {Request{prompt, s, 24}}, f.cfg.eos_ids)[0]);
+    const nlohmann::json refs = sampler_refs();
+    if (!refs.is_null()) {
+        EXPECT_EQ(parse_ids(r.out), refs["fixtures"]["olmo2_gqa"]["greedy_ids"].get<std::vector<int>>());
+    }
 }
 
 }  // namespace
