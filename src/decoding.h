@@ -19,8 +19,8 @@ using TokenCallback = std::function<void(int, int, bool)>;
 
 // Runs all requests to completion, one decode step serving every live sequence. A request
 // stops after an eos id (included in its output) or max_new_tokens. Requests whose KV blocks
-// cannot all be reserved at once wait until others finish; one that cannot fit even alone is
-// an error. Returns the new tokens of each request.
+// cannot all be reserved at once, or beyond the engine's max_batch(), wait until others
+// finish; one that cannot fit even alone is an error. Returns the new tokens of each request.
 std::vector<std::vector<int>> generate(Engine& eng, const std::vector<Request>& reqs, const std::vector<int>& eos,
                                        const TokenCallback& on_token = nullptr);
 

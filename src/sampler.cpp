@@ -14,6 +14,8 @@ static double uniform(uint64_t seed, uint64_t step) {
 }
 
 int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step) {
+    for (int i = 0; i < V; i++)
+        if (!std::isfinite(logits[i])) return -1;   // NaN would also break the sort's ordering
     if (s.temperature <= 0.0f) return cpu::argmax(logits, V);
     std::vector<int> idx(V);
     std::iota(idx.begin(), idx.end(), 0);

@@ -31,6 +31,8 @@ constexpr uint64_t splitmix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+// Returns -1 when any logit is NaN or Inf (the device sampler does the same; Engine turns it
+// into an error naming the step).
 int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step);
 
 }  // namespace olmo
