@@ -37,7 +37,8 @@ namespace {
 // Limits on the sizes a config may state (and kMaxVocabSize, in common.h). They are far above
 // any OLMo (hidden 8192, vocab 100k, 128 heads of 128) and low enough that products such as n_heads * head_dim and the
 // row sizes the engine computes in int cannot overflow.
-constexpr int64_t kMaxDim = 1 << 20;        // hidden, intermediate, q_dim, kv_dim, heads, layers
+constexpr int64_t kMaxDim = 1 << 20;        // hidden, intermediate, q_dim, kv_dim, heads
+constexpr int64_t kMaxLayers = 4096;        // (the largest OLMo has 64; each layer costs a few table entries)
 constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kMaxPositions = 1 << 24;  // max_position_embeddings, sliding_window
 constexpr int64_t kMaxTokenId = INT32_MAX;  // eos ids are stored as int
@@ -165,7 +166,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
 
     c.hidden = rd.get_int("hidden_size", 1, kMaxDim);
     c.intermediate = rd.get_int("intermediate_size", 1, kMaxDim);
-    c.n_layers = rd.get_int("num_hidden_layers", 1, kMaxDim);
+    c.n_layers = rd.get_int("num_hidden_layers", 1, kMaxLayers);
     c.n_heads = rd.get_int("num_attention_heads", 1, kMaxDim);
     c.n_kv_heads = rd.get_int("num_key_value_heads", c.n_heads, 1, kMaxDim);
     c.vocab = rd.get_int("vocab_size", 1, kMaxVocabSize);

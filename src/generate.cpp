@@ -126,16 +126,16 @@ int kv_pool_for(const Options& o, const ModelConfig& cfg, const std::vector<std:
             fail("--kv-pool-gb " + num_str(o.kv_pool_gb) + ": only " + num_str(available / 1e9) + " GB " + where);
         return (int)std::max(1.0, std::min(kMaxBlocks, o.kv_pool_gb * 1e9 / block_bytes));
     }
-    std::vector<int> need;   // blocks of each prompt, longest first
-    for (const auto& p : prompts) need.push_back((((int)p.size() + n_new + bs - 1) / bs + 2) * o.beams);
+    std::vector<int64_t> need;   // blocks of each prompt, longest first
+    for (const auto& p : prompts) need.push_back((((int64_t)p.size() + n_new + bs - 1) / bs + 2) * o.beams);
     std::sort(need.rbegin(), need.rend());
     double weights = 0;
     for (const WeightSlot& w : weight_table(cfg, !cfg.tie_embeddings)) weights += (double)w.numel() * elt;
     const double budget = (available - weights) / 2;
-    int blocks = need[0];
+    int64_t blocks = need[0];
     for (size_t k = 1; k < need.size() && k < (size_t)kMaxBatch && (blocks + need[k]) * block_bytes <= budget; k++)
         blocks += need[k];
-    return blocks;
+    return (int)std::min<int64_t>(blocks, kMaxBlocks);
 }
 
 // Sequence k of a batch samples with seed + k.

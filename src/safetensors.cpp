@@ -86,7 +86,17 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map_ == MAP_FAILED) { map_ = nullptr; fail(path + ": mmap failed"); }
+    try {
+        read_header();
+    } catch (...) {   // the destructor does not run for a constructor that throws
+        munmap(map_, size_);
+        throw;
+    }
+}
 
+// Parses and checks the header of the mapped file: every entry, then the overlaps.
+void SafeTensorsFile::read_header() {
+    const std::string& path = path_;
     const uint8_t* bytes = static_cast<const uint8_t*>(map_);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | bytes[i];   // little-endian header length
