@@ -2,6 +2,9 @@
 # `make deps` installs the Debian packages the build needs; `make bench` runs the GPU
 # benchmarks (on a machine with a GPU); `make dev` builds the dev/ ladders into build/dev/. With nvcc present the CUDA backend is built in;
 # without it the build is CPU-only and the GPU tests are left out.
+# `make test SANITIZE=1`: the CPU build and every CPU test under ASan + UBSan, in build-asan/
+# (its ./generate and ./tokenize too). `make fuzz`: the libFuzzer targets of tests/fuzz/, built
+# with clang in build-fuzz/, each run for FUZZ_SECONDS (default 60).
 
 CXX      ?= g++
 BUILD    := build
@@ -13,6 +16,15 @@ BUILD := build-cpu
 endif
 
 CXXFLAGS ?= -O2 -g
+ifeq ($(SANITIZE),1)
+# Sanitized CPU build: any report ends the process (-fno-sanitize-recover), so a test fails.
+NVCC :=
+BUILD := build-asan
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+CXXFLAGS := -O1 -g $(SAN_FLAGS)
+LDFLAGS  += $(SAN_FLAGS)
+PROG_DIR := $(BUILD)/
+endif
 CXXFLAGS += -std=c++17 -Wall -Wextra -fopenmp -Isrc -Ikernels -MMD -MP
 LDLIBS   := -lsentencepiece -lutf8proc -fopenmp -lpthread
 GTEST    := -lgtest -lgtest_main
@@ -40,7 +52,7 @@ DEV      := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/*.cu))
 TORCH_EXT_OBJ := $(BUILD)/python/olmo_kernels/csrc/ops.o
 endif
 
-PROGRAMS := generate tokenize
+PROGRAMS := $(PROG_DIR)generate $(PROG_DIR)tokenize
 TESTS    := $(CPU_TESTS) $(GPU_TESTS)
 
 all: $(PROGRAMS) $(TESTS) $(DEV) $(TORCH_EXT_OBJ)
@@ -59,11 +71,11 @@ $(BUILD)/%.o: %.cu | deps
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-generate tokenize: %: $(BUILD)/src/%.o $(BUILD)/libolmo.a
-	$(CXX) $^ -o $@ $(LDLIBS)
+$(PROGRAMS): $(PROG_DIR)%: $(BUILD)/src/%.o $(BUILD)/libolmo.a
+	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libolmo.a
-	$(CXX) $^ -o $@ $(GTEST) $(LDLIBS)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(GTEST) $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libolmo.a
 	$(CXX) $^ -o $@ $(LDLIBS)
@@ -79,9 +91,45 @@ dev:
 	@echo "make dev: the dev/ ladders are CUDA programs and need nvcc (none found)"
 endif
 
-# Runs every test binary and ends with one "N passed, N failed, N skipped" line.
+# Runs every test binary and ends with one "N passed, N failed, N skipped" line. A sanitized
+# build's tests run its own programs (OLMO_BIN_DIR), which find the default model through links.
+ifeq ($(SANITIZE),1)
+test: all
+	@ln -sfn ../weights $(BUILD)/weights && ln -sfn ../tokenizer $(BUILD)/tokenizer
+	@OLMO_BIN_DIR=$(BUILD) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 bash tests/run_all.sh $(TESTS)
+else
 test: all
 	@bash tests/run_all.sh $(TESTS)
+endif
+
+# libFuzzer targets: tests/fuzz/fuzz_NAME.cpp -> build-fuzz/fuzz_NAME, built with clang and the
+# engine's CPU sources (no OpenMP); each runs FUZZ_SECONDS from its seed corpus tests/fuzz/NAME/.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_CXX     ?= clang++
+FUZZ_FLAGS   := -O1 -g -std=c++17 -Isrc -Ikernels -Itests/fuzz -MMD -MP -Wno-unknown-pragmas \
+                -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.cpp))
+
+$(FUZZ_BUILD)/%.o: %.cpp | deps fuzz-deps
+	@mkdir -p $(@D)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/libolmo.a: $(LIB_CPP:%.cpp=$(FUZZ_BUILD)/%.o)
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libolmo.a
+	$(FUZZ_CXX) -fsanitize=fuzzer,address,undefined $^ -o $@ -lsentencepiece -lutf8proc -lpthread
+
+fuzz-build: $(FUZZ_TARGETS)
+
+# clang brings libFuzzer; installed like the packages of `deps` when it is missing.
+fuzz-deps:
+	@command -v $(FUZZ_CXX) >/dev/null || { echo "installing: clang"; SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang; }
+
+fuzz: fuzz-build
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 bench: all $(BENCHES)
 	@bash bench/run_bench.sh
@@ -100,8 +148,8 @@ deps:
 	fi
 
 clean:
-	rm -rf $(BUILD) $(PROGRAMS)
+	rm -rf $(BUILD) $(PROGRAMS) build-asan $(FUZZ_BUILD)
 
-.PHONY: all test bench dev deps clean
+.PHONY: all test bench dev deps clean fuzz fuzz-build fuzz-deps
 .SECONDARY:
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) $(FUZZ_BUILD) -name '*.d' 2>/dev/null)

@@ -44,7 +44,8 @@
 // through distributed shared memory, and every block gathers the same window, so all blocks
 // make the same decisions without broadcasts. One launch, no workspace. *step is read on the
 // device, so a captured CUDA graph draws a fresh number on each replay once the caller advances
-// it. Logits must be finite.
+// it. Non-finite input: if any logit is NaN or Inf, both kernels write -1 instead of an id
+// (as sample_cpu returns), which the engine reports as an error.
 #pragma once
 #include <cooperative_groups.h>
 
@@ -368,7 +369,8 @@ struct Cluster {
     }
 };
 
-// Copies logits[0, n) into slice as float (N per load) and returns their max and min.
+// Copies logits[0, n) into slice as float (N per load) and returns their max and min (min
+// -inf when any of them is NaN or Inf).
 template <int N, typename T> __device__ void load_slice(float* slice, const T* logits, int n, float& hi, float& lo) {
     hi = -INFINITY, lo = INFINITY;
 #pragma unroll 4
@@ -380,7 +382,8 @@ template <int N, typename T> __device__ void load_slice(float* slice, const T* l
         } else {
             for (int k = 0; k < N; k++) x[k] = j + k < n ? to_float(logits[j + k]) : 0.0f;
         }
-        for (int k = 0; k < N && j + k < n; k++) slice[j + k] = x[k], hi = fmaxf(hi, x[k]), lo = fminf(lo, x[k]);
+        for (int k = 0; k < N && j + k < n; k++)
+            slice[j + k] = x[k], hi = fmaxf(hi, x[k]), lo = isfinite(x[k]) ? fminf(lo, x[k]) : -INFINITY;
     }
 }
 
@@ -405,6 +408,11 @@ sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const int* 
     for (int r = 0; r < kCluster; r++) {
         const float* other = group.map_shared_rank(sh.extremes, r);
         hi = fmaxf(hi, other[0]), lo = fminf(lo, other[1]);
+    }
+    if (!isfinite(hi) || !isfinite(lo)) {  // every block saw the same extremes, so all leave here
+        if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = -1;
+        group.sync();  // no block exits while another may still read its extremes
+        return;
     }
     const float max_score = hi / p.temperature, range = fminf(kMaxDepth, max_score - lo / p.temperature);
     Cluster c{group, sh, slice, first, n, Scores{p.temperature, max_score, kTail / fmaxf(range, 1e-6f)}};
@@ -447,14 +455,17 @@ template <int N, typename T, typename F> __device__ void for_each_logit(const T*
 
 template <typename T, int N> __global__ void __launch_bounds__(kThreads) argmax_kernel(int* out_id, const T* logits, int V) {
     u64 best = 0;
-    for_each_logit<N>(logits, V, [&](int i, float x) { best = max(best, rank_key(x, i)); });
+    int finite = 1;
+    for_each_logit<N>(logits, V, [&](int i, float x) { best = max(best, rank_key(x, i)), finite &= isfinite(x); });
     best = block_reduce(best, MaxOp{});
-    if (threadIdx.x == 0) *out_id = rank_id(best);
+    finite = block_reduce(finite, MinOp{});
+    if (threadIdx.x == 0) *out_id = finite ? rank_id(best) : -1;
 }
 
 }  // namespace sampling
 
-// *out_id (device) = index of the largest of logits [V]; ties go to the lowest index.
+// *out_id (device) = index of the largest of logits [V]; ties go to the lowest index; -1 when
+// any logit is NaN or Inf.
 template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStream_t stream) {
     if (V < 1) fail("argmax: empty vocabulary");
     if (aligned16(logits)) sampling::argmax_kernel<T, kVec<T>><<<1, sampling::kThreads, 0, stream>>>(out_id, logits, V);
@@ -463,7 +474,8 @@ template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStrea
 }
 
 // *out_id (device) = a token drawn from softmax(logits [V] / temperature) restricted by top-k,
-// top-p and min-p (p.repetition_penalty is not applied here: see sampler.h); the random number is a function of (p.seed, *step) (step: device pointer).
+// top-p and min-p (p.repetition_penalty is not applied here: see sampler.h); the random number
+// is a function of (p.seed, *step) (step: device pointer); -1 when any logit is NaN or Inf.
 // p.temperature must be > 0 (greedy decoding is argmax).
 template <typename T>
 void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const int* step, cudaStream_t stream) {

@@ -4,24 +4,44 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <vector>
 
 namespace olmo {
 
-std::string read_file(const std::string& path, bool allow_pipe) {
+static std::string too_large(size_t max_bytes) {
+    return "larger than the limit of " + std::to_string(max_bytes >> 20) + " MiB";
+}
+
+std::string read_file(const std::string& path, bool allow_pipe, size_t max_bytes) {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) fail(path + ": cannot open (" + std::strerror(errno) + ")");
     if (S_ISDIR(st.st_mode)) fail(path + ": is a directory, expected a file");
     // Reading a FIFO or a device could wait forever; model files are always plain files.
     if (!S_ISREG(st.st_mode) && !allow_pipe) fail(path + ": not a regular file");
+    if (S_ISREG(st.st_mode) && (size_t)st.st_size > max_bytes) fail(path + ": " + too_large(max_bytes));
     std::ifstream f(path, std::ios::binary);
     if (!f) fail(path + ": cannot open for reading");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
+    return read_stream(f, max_bytes, path);
+}
+
+std::string read_stream(std::istream& in, size_t max_bytes, const std::string& what) {
+    std::string out;
+    std::vector<char> buf(1 << 16);
+    while (in.read(buf.data(), buf.size()) || in.gcount() > 0) {
+        if (out.size() + in.gcount() > max_bytes) fail(what + ": " + too_large(max_bytes));
+        out.append(buf.data(), in.gcount());
+    }
+    return out;
+}
+
+std::string num_str(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
 }
 
 bool file_exists(const std::string& path) {

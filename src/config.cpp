@@ -37,12 +37,15 @@ namespace {
 // Limits on the sizes a config may state (and kMaxVocabSize, in common.h). They are far above
 // any OLMo (hidden 8192, vocab 100k, 128 heads of 128) and low enough that products such as n_heads * head_dim and the
 // row sizes the engine computes in int cannot overflow.
-constexpr int64_t kMaxDim = 1 << 20;        // hidden, intermediate, q_dim, kv_dim, heads, layers
+constexpr int64_t kMaxDim = 1 << 20;        // hidden, intermediate, q_dim, kv_dim, heads
+constexpr int64_t kMaxLayers = 4096;        // (the largest OLMo has 64; each layer costs a few table entries)
 constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kMaxPositions = 1 << 24;  // max_position_embeddings, sliding_window
 constexpr int64_t kMaxTokenId = INT32_MAX;  // eos ids are stored as int
 
-// Typed field access with errors that name the file and the key.
+// Typed field access with errors that name the file and the key. Every number has a stated
+// range: integers are read through json_int, floats are checked as doubles before they are
+// narrowed (1e40 would become inf) and must be finite and inside [lo, hi].
 struct Reader {
     const json& j;
     std::string where;
@@ -52,12 +55,38 @@ struct Reader {
         return json_int(j[k], lo, hi, where + ": \"" + k + "\"");
     }
     int get_int(const char* k, int dflt, int64_t lo, int64_t hi) const { return has(k) ? get_int(k, lo, hi) : dflt; }
-    float get_float(const char* k, float dflt) const {
+    float get_float(const char* k, float dflt, double lo, double hi) const {
         if (!has(k)) return dflt;
-        if (!j[k].is_number()) fail(where + ": \"" + k + "\" must be a number, got " + json_excerpt(j[k]));
-        return j[k].get<float>();
+        const double v = j[k].is_number() ? j[k].get<double>() : NAN;
+        if (!(v >= lo && v <= hi))   // also false for NaN
+            fail(where + ": \"" + k + "\" must be a number in [" + num_str(lo) + ", " + num_str(hi) + "], got " + json_excerpt(j[k]));
+        return (float)v;
+    }
+    bool get_bool(const char* k, bool dflt) const {
+        if (!has(k)) return dflt;
+        if (!j[k].is_boolean()) fail(where + ": \"" + k + "\" must be true or false, got " + json_excerpt(j[k]));
+        return j[k].get<bool>();
     }
 };
+
+// The ranges of the float keys. Each bound keeps the math finite: eps > 0 keeps 1/sqrt(mean + eps)
+// finite, theta > 1 keeps log(theta) (YaRN divides by it) positive, beta > 0 keeps the log of
+// the correction dims defined, and the factors stay far from float overflow and underflow.
+constexpr double kMinEps = 1e-30, kMaxEps = 1.0;
+constexpr double kMinTheta = 1.0 + 1e-6, kMaxTheta = 1e12;
+constexpr double kMinFactor = 1e-3, kMaxFactor = 1e6;   // YaRN factor, beta_fast, beta_slow
+constexpr double kMinAttnFactor = 1e-3, kMaxAttnFactor = 1e3;
+constexpr double kMaxClip = 1e6;
+
+// The rope type of p ("rope_type", or 4.x's older "type"); it must be a string when present.
+std::string rope_type(const json& p, const std::string& where) {
+    for (const char* k : {"rope_type", "type"}) {
+        if (!p.contains(k) || p[k].is_null()) continue;
+        if (!p[k].is_string()) fail(where + ": \"" + k + "\" must be a string, got " + json_excerpt(p[k]));
+        return p[k].get<std::string>();
+    }
+    return "default";
+}
 
 // Reads one rope parameter object (4.x rope_scaling or a 5.x rope_parameters entry).
 RopeConfig parse_rope(const json& p, float theta, int max_pos, const std::string& where) {
@@ -66,20 +95,17 @@ RopeConfig parse_rope(const json& p, float theta, int max_pos, const std::string
     if (p.is_null()) return r;
     if (!p.is_object()) fail(where + ": rope parameters must be an object, got " + json_excerpt(p));
     Reader rd{p, where};
-    r.theta = rd.get_float("rope_theta", theta);
-    std::string type = "default";
-    if (p.contains("rope_type") && p["rope_type"].is_string()) type = p["rope_type"];
-    else if (p.contains("type") && p["type"].is_string()) type = p["type"];
+    r.theta = rd.get_float("rope_theta", theta, kMinTheta, kMaxTheta);
+    const std::string type = rope_type(p, where);
     if (type == "default") return r;
     if (type != "yarn") fail(where + ": unsupported rope type \"" + type + "\" (supported: default, yarn)");
     r.yarn = true;
-    r.factor = rd.get_float("factor", 1.0f);
+    r.factor = rd.get_float("factor", 1.0f, kMinFactor, kMaxFactor);
     r.original_max_pos = rd.get_int("original_max_position_embeddings", max_pos, 1, kMaxPositions);
-    r.beta_fast = rd.get_float("beta_fast", 32.0f);
-    r.beta_slow = rd.get_float("beta_slow", 1.0f);
-    if (r.factor <= 0 || r.original_max_pos <= 0) fail(where + ": YaRN needs factor > 0 and original_max_position_embeddings > 0");
+    r.beta_fast = rd.get_float("beta_fast", 32.0f, kMinFactor, kMaxFactor);
+    r.beta_slow = rd.get_float("beta_slow", 1.0f, kMinFactor, kMaxFactor);
     if (rd.has("attention_factor")) {
-        r.attention_factor = rd.get_float("attention_factor", 1.0f);
+        r.attention_factor = rd.get_float("attention_factor", 1.0f, kMinAttnFactor, kMaxAttnFactor);
     } else {
         // transformers' default: 0.1 ln(s) + 1, with s = max_pos / original_max_pos when the
         // original length is given (DeepSeek convention), else the factor.
@@ -126,6 +152,17 @@ GenerationDefaults parse_generation_defaults(const json& g, const std::string& w
     return d;
 }
 
+// The last line of defence behind the ranges above: the frequencies and scales RoPE will use
+// must be finite and positive (a combination of in-range values could still overflow).
+void check_rope_finite(const ModelConfig& c, const std::string& where) {
+    for (const RopeConfig* r : {&c.rope_full, &c.rope_sliding}) {
+        bool ok = std::isfinite(r->attention_factor) && r->attention_factor > 0;
+        for (float f : r->inv_freq(c.head_dim)) ok = ok && std::isfinite(f) && f > 0;
+        if (!ok) fail(where + ": the rope parameters give non-finite or zero frequencies (theta " + num_str(r->theta) +
+                      (r->yarn ? ", YaRN factor " + num_str(r->factor) : std::string()) + ")");
+    }
+}
+
 }  // namespace
 
 ModelConfig parse_config(const std::string& text, const std::string& where) {
@@ -147,7 +184,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
 
     c.hidden = rd.get_int("hidden_size", 1, kMaxDim);
     c.intermediate = rd.get_int("intermediate_size", 1, kMaxDim);
-    c.n_layers = rd.get_int("num_hidden_layers", 1, kMaxDim);
+    c.n_layers = rd.get_int("num_hidden_layers", 1, kMaxLayers);
     c.n_heads = rd.get_int("num_attention_heads", 1, kMaxDim);
     c.n_kv_heads = rd.get_int("num_key_value_heads", c.n_heads, 1, kMaxDim);
     c.vocab = rd.get_int("vocab_size", 1, kMaxVocabSize);
@@ -162,12 +199,11 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
     if (c.n_heads % c.n_kv_heads)
         fail(where + ": num_attention_heads (" + std::to_string(c.n_heads) + ") is not a multiple of num_key_value_heads (" +
              std::to_string(c.n_kv_heads) + ")");
-    if (rd.has("attention_bias") && j["attention_bias"].is_boolean() && j["attention_bias"].get<bool>())
+    if (rd.get_bool("attention_bias", false))
         fail(where + ": attention_bias = true is not supported (no OLMo checkpoint uses it)");
-    c.norm_eps = c.family == Family::Olmo1 ? 1e-5f : rd.get_float("rms_norm_eps", 1e-5f);
-    if (c.family == Family::Olmo1) c.clip_qkv = rd.get_float("clip_qkv", 0.0f);
-    if (c.clip_qkv < 0) fail(where + ": clip_qkv must be >= 0");
-    c.tie_embeddings = j.value("tie_word_embeddings", false);
+    c.norm_eps = c.family == Family::Olmo1 ? 1e-5f : rd.get_float("rms_norm_eps", 1e-5f, kMinEps, kMaxEps);
+    if (c.family == Family::Olmo1) c.clip_qkv = rd.get_float("clip_qkv", 0.0f, 0.0, kMaxClip);
+    c.tie_embeddings = rd.get_bool("tie_word_embeddings", false);
     c.eos_ids = parse_ids(member_or_null(j, "eos_token_id"), where);
 
     // Layer types: OLMo-3 alternates 3 sliding + 1 full unless layer_types says otherwise.
@@ -193,7 +229,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
     }
 
     // RoPE: 5.x rope_parameters (flat, or keyed by layer type), else 4.x rope_theta + rope_scaling.
-    float theta = rd.get_float("rope_theta", 10000.0f);
+    float theta = rd.get_float("rope_theta", 10000.0f, kMinTheta, kMaxTheta);
     if (rd.has("rope_parameters")) {
         const json& rp = j["rope_parameters"];
         if (!rp.is_object()) fail(where + ": rope_parameters must be an object");
@@ -208,6 +244,7 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
         // OLMo-3 applies rope_scaling (YaRN) on full-attention layers only.
         c.rope_sliding = c.family == Family::Olmo3 ? parse_rope(json(), theta, c.max_pos, where) : c.rope_full;
     }
+    check_rope_finite(c, where);
     return c;
 }
 

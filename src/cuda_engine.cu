@@ -67,12 +67,6 @@ struct Arena {
     ~Arena() { if (base) cudaFree(base); }
 };
 
-size_t gpu_free_bytes() {
-    size_t free = 0, total = 0;
-    cudaCheck(cudaMemGetInfo(&free, &total));
-    return free;
-}
-
 template <typename T>
 struct GpuLayer {
     T* wqkv;          // [Q+2KV, H]   q | k | v rows
@@ -142,6 +136,7 @@ public:
     const ModelConfig& config() const override { return c_; }
 
     void warm_up(const WarmUp& w) override { rehearse(w); }
+    int max_batch() const override { return max_batch_; }
 
     MemoryUse memory() const override {
         MemoryUse m;
@@ -526,6 +521,12 @@ private:
 };
 
 }  // namespace
+
+size_t gpu_free_bytes() {
+    size_t free = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free, &total));
+    return free;
+}
 
 bool cuda_available() {
     int n = 0;

@@ -2,9 +2,11 @@
 #ifndef OLMO_CUDA
 #include "common.h"
 #include "engine.h"
+#include "memory_check.h"
 
 namespace olmo {
 bool cuda_available() { return false; }
+size_t gpu_free_bytes() { return 0; }
 std::string cuda_unsupported_reason(const ModelConfig&) { return "this build has no CUDA support"; }
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig&, const Checkpoint*, int, DeviceDType, int, int, LoadProgress*) {
     fail("this build has no CUDA support (nvcc was not found when it was built); use --device cpu");

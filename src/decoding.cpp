@@ -103,11 +103,12 @@ std::vector<std::vector<int>> generate(Engine& eng, const std::vector<Request>& 
         return last || told;
     };
     while (next < reqs.size() || !live.empty()) {
-        // Admit waiting requests while their worst-case blocks fit (first come, first served).
+        // Admit waiting requests while their worst-case blocks fit and the step has room (first
+        // come, first served).
         while (next < reqs.size()) {
             const Request& r = reqs[next];
             const int need = blocks_for(eng, (int)r.prompt.size() + r.max_new_tokens);
-            if (need > budget) break;
+            if (need > budget || (int)live.size() >= eng.max_batch()) break;
             budget -= need;
             Live l{(int)next, eng.new_sequence(), 0};
             std::vector<float> logits;

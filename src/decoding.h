@@ -30,8 +30,9 @@ using TokenCallback = std::function<bool(const NewToken&)>;
 
 // Runs all requests to completion, one decode step serving every live sequence. A request
 // stops after an eos id (included in its output), max_new_tokens, or when the callback says so.
-// Requests whose KV blocks cannot all be reserved at once wait until others finish; one that
-// cannot fit even alone is an error. Returns the new tokens of each request.
+// Requests whose KV blocks cannot all be reserved at once, or beyond the engine's max_batch(),
+// wait until others finish; one that cannot fit even alone is an error. Returns the new tokens
+// of each request.
 //
 // Picking: the engine draws (on the GPU only the ids leave the device) unless a live request
 // has a repetition penalty. The penalty needs each sequence's history (prompt + generated), so

@@ -3,6 +3,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common.h"
 
@@ -39,7 +40,7 @@ void Engine::rehearse(const WarmUp& w) {
     int room = INT32_MAX;
     for (int k = 0; k < 2; k++)
         if (kv_->total_blocks(k) > 0) room = std::min(room, kv_->free_blocks(k) - kv_->blocks_needed(len + 1));
-    const int batch = std::min(w.batch, room + 1);
+    const int batch = std::min({w.batch, room + 1, max_batch()});
     if (len < 1 || batch < 1) return;
     const int root = new_sequence();
     std::vector<int> seqs{root};
@@ -72,12 +73,25 @@ void Engine::reserve(int seq, size_t n) {
     peak_used_ = std::max(peak_used_, used);
 }
 
+// Non-finite logits (NaN or Inf) end the run: argmax or sampling over them would pick an
+// arbitrary token without a word. The samplers of both engines return -1 for them; logits that
+// leave the engine are checked here. `at` names the step (or the position).
+[[noreturn]] static void fail_non_finite(const std::string& at) {
+    fail(at + ": the logits are not finite (NaN or Inf); the model or its config produces non-finite values");
+}
+
+static void check_finite(const std::vector<float>& logits, int V, const std::vector<int>& positions) {
+    for (size_t i = 0; i < logits.size(); i++)
+        if (!std::isfinite(logits[i])) fail_non_finite("position " + std::to_string(positions[i / V]));
+}
+
 std::vector<float> Engine::prefill(int seq, const std::vector<int>& ids) {
     check_ids(ids);
     reserve(seq, ids.size());
     std::vector<float> logits(config().vocab);
     prefill_impl(seq, ids, logits.data(), nullptr, SamplingParams{}, 0);
     kv_->commit(seq, (int)ids.size());
+    check_finite(logits, config().vocab, {kv_->len(seq)});
     return logits;
 }
 
@@ -89,6 +103,7 @@ int Engine::prefill_sample(int seq, const std::vector<int>& ids, const SamplingP
     if (logits) logits->resize(config().vocab);
     prefill_impl(seq, ids, logits ? logits->data() : nullptr, &id, s, step);
     kv_->commit(seq, (int)ids.size());
+    if (id < 0) fail_non_finite("step " + std::to_string(step));
     return id;
 }
 
@@ -98,7 +113,9 @@ std::vector<float> Engine::decode(const std::vector<int>& seqs, const std::vecto
     for (int s : seqs) reserve(s, 1);
     std::vector<float> logits(seqs.size() * (size_t)config().vocab);
     decode_impl(seqs, ids, logits.data(), nullptr, {}, {});
-    for (int s : seqs) kv_->commit(s, 1);
+    std::vector<int> positions;
+    for (int s : seqs) kv_->commit(s, 1), positions.push_back(kv_->len(s));
+    check_finite(logits, config().vocab, positions);
     return logits;
 }
 
@@ -113,6 +130,8 @@ std::vector<int> Engine::decode_sample(const std::vector<int>& seqs, const std::
     if (logits) logits->resize(seqs.size() * (size_t)config().vocab);
     decode_impl(seqs, ids, logits ? logits->data() : nullptr, out.data(), s, steps);
     for (int q : seqs) kv_->commit(q, 1);
+    for (size_t b = 0; b < out.size(); b++)
+        if (out[b] < 0) fail_non_finite("step " + std::to_string(steps[b]));
     return out;
 }
 

@@ -2,6 +2,7 @@
 // token. Two implementations share this interface: the fp32 CPU reference (cpu_engine.cpp)
 // and the CUDA engine (cuda_engine.cu).
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -85,6 +86,8 @@ public:
     virtual void warm_up(const WarmUp& w) { (void)w; }
 
     virtual MemoryUse memory() const = 0;
+    // The most sequences one decode step may carry (generate() admits no more at once).
+    virtual int max_batch() const { return INT32_MAX; }
     ActivationHook hook;   // called with named intermediates during prefill (golden tests)
 
 protected:

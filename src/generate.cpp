@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -16,6 +19,7 @@
 #include "model_folder.h"
 #include "threads.h"
 #include "output.h"
+#include "memory_check.h"
 #include "tokenizer.h"
 
 using namespace olmo;
@@ -62,10 +66,17 @@ struct Options {
     float temperature = -1.0f, top_p = -1.0f, length_penalty = 1.0f, kv_pool_gb = 0.0f;
     int threads = 0, n_gpu_layers = -1;   // threads 0: one per physical core; -ngl -1: not given
     uint64_t seed = 0;
+    std::string seed_text = "0";   // --seed as given; check_flags() parses it into seed
     bool stats = false, output_ids = false, quiet = false, chat = false, verbose_prompt = false;
     float min_p = 0.0f, repeat_penalty = 1.0f;
     OutputOptions out;   // --json, --logprobs, --stop (and --output-ids, copied in)
 };
+
+// The most text one prompt source (--prompt-file, --prompts-file, stdin) may hold.
+constexpr size_t kMaxPromptBytes = 64 << 20;
+// The most sequences one decode step carries (--prompts-file runs in waves of at most this many;
+// benchmark mode's --batch may ask for more).
+constexpr int kMaxBatch = 256;
 
 // The sampling settings as transformers' generate() takes them from generation_config.json
 // (do_sample, temperature, top_k, top_p; its defaults where the file is silent), the flags on
@@ -85,7 +96,7 @@ int max_new_tokens_for(const Options& o, const GenerationDefaults& g) {
 
 // The prompts as token ids: --prompt-ids, --prompt-len (benchmarks), each --prompt, the lines
 // of --prompts-file, else one prompt from --prompt-file, stdin or the default text.
-std::vector<std::vector<int>> read_prompts(const Options& o, const Tokenizer* tok, int vocab) {
+std::vector<std::vector<int>> read_prompts(const Options& o, const Tokenizer* tok, int vocab, int max_seq) {
     std::vector<std::vector<int>> prompts;
     auto encode = [&](const std::string& text) {
         std::vector<int> ids = tok->encode(text);
@@ -95,36 +106,61 @@ std::vector<std::vector<int>> read_prompts(const Options& o, const Tokenizer* to
     if (!o.prompt_ids.empty()) {
         prompts.push_back(parse_id_list(o.prompt_ids));
     } else if (o.prompt_len > 0) {
+        if (o.prompt_len > max_seq)   // before building anything: --prompt-len 2^30 --batch 8 is 32 GB
+            fail("--prompt-len " + std::to_string(o.prompt_len) + " is longer than the context of " + std::to_string(max_seq) +
+                 " tokens (--max-seq-len)");
+        const double bytes = 3.0 * o.batch * o.prompt_len * sizeof(int);   // the prompts, the requests, the outputs
+        if (bytes > host_available_bytes())
+            fail("--prompt-len " + std::to_string(o.prompt_len) + " x --batch " + std::to_string(o.batch) + " needs " +
+                 num_str(bytes / 1e9) + " GB of host memory for the prompts alone");
         std::vector<int> p;
         for (int i = 0; i < o.prompt_len; i++) p.push_back((int)((i * 2654435761u + 12345u) % (unsigned)vocab));
         prompts.assign(o.batch, p);
     } else if (!o.prompts.empty()) {
         for (const std::string& text : o.prompts) prompts.push_back(encode(text));
     } else if (!o.prompts_file.empty()) {
-        std::stringstream lines(read_file(o.prompts_file, /*allow_pipe=*/true));
+        std::stringstream lines(read_file(o.prompts_file, /*allow_pipe=*/true, kMaxPromptBytes));
         for (std::string line; std::getline(lines, line);)
             if (!line.empty()) prompts.push_back(encode(line));
         if (prompts.empty()) fail(o.prompts_file + ": no prompts (one per line)");
     } else {
         std::string text;
-        if (!o.prompt_file.empty()) text = read_file(o.prompt_file, /*allow_pipe=*/true);
-        else if (!isatty(0)) text = std::string(std::istreambuf_iterator<char>(std::cin), {});
+        if (!o.prompt_file.empty()) text = read_file(o.prompt_file, /*allow_pipe=*/true, kMaxPromptBytes);
+        else if (!isatty(0)) text = read_stream(std::cin, kMaxPromptBytes, "stdin");
         if (text.empty() && o.prompt_file.empty()) text = "Once upon a time";   // no prompt given anywhere
         prompts.push_back(encode(text));
     }
     return prompts;
 }
 
-// KV blocks of the run: every prompt (each beam) at full length, or what --kv-pool-gb holds.
+// KV blocks of the run, checked against the memory they will live in before anything is
+// allocated. --kv-pool-gb: that size, refused at once when the memory does not hold it. By
+// default: every prompt (each beam) at full length, but only as many prompts as half the
+// memory left after the weights holds (at least the longest one): generate() admits the
+// others as blocks free, so a long --prompts-file runs in waves.
 int kv_pool_for(const Options& o, const ModelConfig& cfg, const std::vector<std::vector<int>>& prompts, int n_new,
                 bool use_cuda) {
     const size_t elt = !use_cuda || o.dtype == "fp32" ? 4 : 2;
     const int bs = kKvBlockSize;
-    if (o.kv_pool_gb > 0)
-        return std::max(1, (int)(o.kv_pool_gb * 1e9 / (2.0 * bs * cfg.kv_dim() * cfg.n_layers * elt)));
-    int blocks = 0;
-    for (const auto& p : prompts) blocks += ((int)p.size() + n_new + bs - 1) / bs + 2;
-    return std::max(1, blocks * o.beams);
+    const double block_bytes = 2.0 * bs * cfg.kv_dim() * cfg.n_layers * elt;
+    const double available = use_cuda ? gpu_free_bytes() : host_available_bytes();
+    const std::string where = use_cuda ? "free on the GPU" : "available in host memory";
+    constexpr double kMaxBlocks = 1 << 24;   // 2^28 tokens: more than any run holds
+    if (o.kv_pool_gb > 0) {
+        if (o.kv_pool_gb * 1e9 > available)
+            fail("--kv-pool-gb " + num_str(o.kv_pool_gb) + ": only " + num_str(available / 1e9) + " GB " + where);
+        return (int)std::max(1.0, std::min(kMaxBlocks, o.kv_pool_gb * 1e9 / block_bytes));
+    }
+    std::vector<int64_t> need;   // blocks of each prompt, longest first
+    for (const auto& p : prompts) need.push_back((((int64_t)p.size() + n_new + bs - 1) / bs + 2) * o.beams);
+    std::sort(need.rbegin(), need.rend());
+    double weights = 0;
+    for (const WeightSlot& w : weight_table(cfg, !cfg.tie_embeddings)) weights += (double)w.numel() * elt;
+    const double budget = (available - weights) / 2;
+    int64_t blocks = need[0];
+    for (size_t k = 1; k < need.size() && k < (size_t)kMaxBatch && (blocks + need[k]) * block_bytes <= budget; k++)
+        blocks += need[k];
+    return (int)std::min<int64_t>(blocks, kMaxBlocks);
 }
 
 // Sequence k of a batch samples with seed + k.
@@ -275,6 +311,34 @@ void check_output_flags(Options& o, const Tokenizer* tok) {
     StopMatcher check(o.out.stops);   // an empty stop string is an error
 }
 
+// What CLI11's parsing and its Range checks leave open: NaN passes every Range (comparisons
+// with NaN are false), an empty path would silently mean the default, and an unsigned option
+// takes "-1" as 2^64-1. Temperatures below 1e-5 are greedy, as transformers treats 0: dividing
+// by them overflows to Inf.
+void check_flags(const CLI::App& app, Options& o) {
+    auto in_range = [](const char* flag, float v, float lo, float hi) {
+        if (!(v >= lo && v <= hi))
+            fail(std::string(flag) + ": " + num_str(v) + " is not a number in [" + num_str(lo) + ", " + num_str(hi) +
+                 "] (see --help)");
+    };
+    if (app.count("--temperature")) in_range("--temperature", o.temperature, 0.0f, 100.0f);
+    if (app.count("--top-p")) in_range("--top-p", o.top_p, 1e-6f, 1.0f);
+    in_range("--length-penalty", o.length_penalty, -100.0f, 100.0f);
+    in_range("--kv-pool-gb", o.kv_pool_gb, 0.0f, 4096.0f);
+    if (app.count("--temperature") && o.temperature < 1e-5f) o.temperature = 0.0f;
+    const std::vector<std::pair<const char*, const std::string*>> paths = {
+        {"--model", &o.model}, {"--tokenizer", &o.tokenizer}, {"--prompt-file", &o.prompt_file},
+        {"--prompts-file", &o.prompts_file}, {"--prompt-ids", &o.prompt_ids}, {"--random-weights", &o.random_weights}};
+    for (const auto& [flag, value] : paths)
+        if (app.count(flag) && value->empty()) fail(std::string(flag) + ": the value is empty");
+    const std::string& t = o.seed_text;
+    errno = 0;
+    char* end = nullptr;
+    o.seed = std::strtoull(t.c_str(), &end, 10);
+    if (t.empty() || !std::isdigit((unsigned char)t[0]) || *end != '\0' || errno == ERANGE)
+        fail("--seed: \"" + t + "\" is not an integer in [0, 2^64-1] (see --help)");
+}
+
 // Every flag, with its help text; false when --help or --version was asked for (and printed).
 bool parse_flags(int argc, char** argv, Options& o) {
     CLI::App app{"generate: text generation with OLMo-1/2/3 checkpoints (CPU reference or CUDA engine)"};
@@ -286,8 +350,11 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_option("-p,--prompt", o.prompts, "prompt text; repeat the flag to generate for several prompts in one "
                    "batch (default: --prompt-file, else stdin when it is not a terminal and not empty, else "
                    "\"Once upon a time\")");
-    app.add_option("-f,--prompt-file", o.prompt_file, "read one prompt from this file");
-    app.add_option("--prompts-file", o.prompts_file, "batched generation: one prompt per line of this file");
+    app.add_option("-f,--prompt-file", o.prompt_file, "read one prompt from this file (at most " +
+                   std::to_string(kMaxPromptBytes >> 20) + " MiB, as stdin)");
+    app.add_option("--prompts-file", o.prompts_file, "batched generation: one prompt per line of this file (at most " +
+                   std::to_string(kMaxPromptBytes >> 20) + " MiB); at most " + std::to_string(kMaxBatch) +
+                   " decode together, the others start as those finish");
     app.add_option("--prompt-ids", o.prompt_ids, "prompt as comma-separated token ids, e.g. 12,7,99 (no tokenizer needed)");
     app.add_option("-n,--max-new-tokens", o.max_new_tokens, "stop after this many new tokens (default: "
                    "generation_config.json's max_new_tokens, else 128)")->check(CLI::Range(1, 1 << 30));
@@ -300,7 +367,8 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_option("--top-p", o.top_p, "nucleus sampling: smallest set of tokens with this total probability, "
                    "in (0, 1]; 1 = off (default: generation_config.json's top_p, else 1). Order as transformers: "
                    "temperature, top-k, top-p")->check(CLI::Range(1e-6f, 1.0f));
-    app.add_option("-s,--seed", o.seed, "random seed; the same seed gives the same text (default 0)");
+    app.add_option("-s,--seed", o.seed_text, "random seed, an integer in [0, 2^64-1]; the same seed gives the same "
+                   "text (default 0)");
     app.add_option("--device", o.device, "auto (CUDA when a GPU is present and runs the model's shape), cpu or cuda "
                    "(default auto)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -311,7 +379,7 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_option("--beams", o.beams, "beam search with this many beams (1 = off, default); greedy scoring as "
                    "transformers' generate(num_beams=N, do_sample=False)")->check(CLI::Range(1, 64));
     app.add_option("--length-penalty", o.length_penalty, "beam search: hypotheses are scored sum(logprob) / "
-                   "length^this (default 1.0, as transformers)");
+                   "length^this, in [-100, 100] (default 1.0, as transformers)");
     app.add_option("--kv-pool-gb", o.kv_pool_gb, "size of the paged KV-cache pool in GB (default: what the prompts "
                    "and -n need); a batch that does not fit waits, one that never fits is an error")
         ->check(CLI::Range(0.0f, 4096.0f));
@@ -338,8 +406,8 @@ bool parse_flags(int argc, char** argv, Options& o) {
     } catch (const CLI::ParseError& e) {
         fail(std::string(e.what()) + " (see --help)");
     }
+    check_flags(app, o);
     return true;
-
 }
 
 // What a generation mode needs: the run's settings, model, tokenizer (null with ids only),
@@ -365,6 +433,9 @@ struct Progress {
     }
 };
 
+// Text to stdout as bytes: a NUL in a prompt or a token must not end the output (fputs would).
+void put(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
 // Beam search, prompt after prompt; the best hypothesis of each, cut at a stop string after the
 // search (the search itself does not look for stop strings).
 void beam_searches(const Job& j, Progress& pr) {
@@ -386,18 +457,18 @@ void stream_one(const Job& j, Progress& pr) {
     if (j.tok && (!j.o.output_ids || !j.o.out.stops.empty()))
         text = std::make_unique<TextStream>(*j.tok, prompt, j.o.out.stops);
     if (!j.o.output_ids) {
-        std::fputs(j.tok->decode(prompt).c_str(), stdout);
+        put(j.tok->decode(prompt));
         std::fflush(stdout);
     }
     generate(j.eng, {Request{prompt, j.sp, j.n_new}}, j.cfg.eos_ids, [&](const NewToken& t) {
         pr.token();
         const std::string piece = text ? text->push(t.id) : "";
         if (j.o.output_ids) std::printf("%s%d", pr.generated > 1 ? "," : "", t.id);
-        else std::fputs(piece.c_str(), stdout);
+        else put(piece);
         std::fflush(stdout);
         return text && text->stopped();
     });
-    if (text && !j.o.output_ids) std::fputs(text->finish().c_str(), stdout);
+    if (text && !j.o.output_ids) put(text->finish());
     std::printf("\n");
 }
 
@@ -462,11 +533,15 @@ std::unique_ptr<Tokenizer> find_tokenizer(Options& o, const ModelConfig& cfg, bo
     return tok;
 }
 
+// What run() is doing, for the message when memory runs out.
+const char* stage = "starting";
+
 int run(int argc, char** argv) {
     Options o;
     if (!parse_flags(argc, argv, o)) return 0;
     check_flag_combinations(o);
     set_cpu_threads(o.threads);
+    stage = "reading the model files";
 
     if (o.device == "cuda" && !cuda_available()) fail("--device cuda: no CUDA device available in this build/machine");
 
@@ -491,8 +566,9 @@ int run(int argc, char** argv) {
     check_output_flags(o, tok.get());
 
     // --- prompts ---
+    stage = "reading the prompts";
     std::vector<std::vector<int>> prompts;
-    if (!o.chat) prompts = read_prompts(o, tok.get(), cfg.vocab);
+    if (!o.chat) prompts = read_prompts(o, tok.get(), cfg.vocab, max_seq);
     int n_new = max_new_tokens_for(o, cfg.generation);
     for (const std::vector<int>& prompt : prompts) {
         if (o.verbose_prompt) print_verbose_prompt(tok ? tok->decode(prompt, /*skip_special=*/false) : "", prompt);
@@ -512,8 +588,9 @@ int run(int argc, char** argv) {
     // --- engine ---
     const bool use_cuda = choose_cuda(o.device, cfg);
     if (bench && !use_cuda) fail("--random-weights needs the CUDA engine (--device cuda)");
+    stage = "loading the weights";
     const int kv_blocks = o.chat ? 0 : kv_pool_for(o, cfg, prompts, n_new, use_cuda);   // chat: one sequence, max_seq
-    const int max_batch = std::max<int>(prompts.size(), o.beams);
+    const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
     auto t_load = Clock::now();
     LoadProgress progress(progress_line(!o.quiet && isatty(2)));
     std::unique_ptr<Engine> eng;
@@ -528,6 +605,7 @@ int run(int argc, char** argv) {
     eng->warm_up(warm_up_for(o, prompts, sp));   // one-time work of the first request, done here
     const double warm_s = seconds_since(t_warm), load_s = seconds_since(t_load);
     // --- generation ---
+    stage = "generating";
     if (o.chat) {
         run_chat(o, chat_template, cfg, *tok, *eng, sp, n_new);
         return 0;
@@ -550,6 +628,10 @@ int main(int argc, char** argv) {
     exec_with_passive_omp_wait(argv);
     try {
         return run(argc, argv);
+    } catch (const std::bad_alloc&) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "error: out of memory while %s\n", stage);
+        return 1;
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "error: %s\n", e.what());

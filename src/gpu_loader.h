@@ -32,7 +32,8 @@ struct GpuLoadOptions {
 
 // dst[i]: device memory for table[i].numel() elements of dtype dt. Every tensor is checked
 // (present, shape, dtype) before the first copy; errors name the file and tensor. Returns once
-// every byte is in place. progress may be null.
+// every byte is in place and checked: a NaN or Inf in any tensor, as stored on the device, is
+// an error naming it. progress may be null.
 void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<void*>& dst,
                     DeviceDType dt, LoadProgress* progress = nullptr, const GpuLoadOptions& opt = {});
 

@@ -22,6 +22,8 @@ void check_fits(const MemoryNeed& need, size_t free_bytes, const std::string& wh
 
 // MemAvailable of /proc/meminfo in bytes: what can be allocated without swapping.
 size_t host_available_bytes();
+// Free memory on the current GPU (cudaMemGetInfo); 0 in a build without CUDA.
+size_t gpu_free_bytes();
 
 // What the fp32 CPU engine allocates for `c`: every parameter in fp32, a KV pool of
 // kv_pool_blocks(max_seq, kv_blocks) blocks per layer, and the activations of a prefill of

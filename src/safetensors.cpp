@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,10 @@ static DType parse_dtype(const std::string& s, const std::string& where) {
     fail(where + ": unsupported dtype \"" + s + "\" (supported: F32, F16, BF16, I32, I64)");
 }
 
+// The largest JSON header we parse (the safetensors format's own limit): a real header lists a
+// few thousand tensors in a few MB, and parsing costs several times the text in memory.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
 SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait forever for a writer; the
     // fstat below then refuses anything but a regular file (for which the flag changes nothing).
@@ -81,10 +86,23 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map_ == MAP_FAILED) { map_ = nullptr; fail(path + ": mmap failed"); }
+    try {
+        read_header();
+    } catch (...) {   // the destructor does not run for a constructor that throws
+        munmap(map_, size_);
+        throw;
+    }
+}
 
+// Parses and checks the header of the mapped file: every entry, then the overlaps.
+void SafeTensorsFile::read_header() {
+    const std::string& path = path_;
     const uint8_t* bytes = static_cast<const uint8_t*>(map_);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | bytes[i];   // little-endian header length
+    if (n > kMaxHeaderBytes)
+        fail(path + ": header length " + std::to_string(n) + " is above the limit of " + std::to_string(kMaxHeaderBytes) +
+             " bytes: not a safetensors file");
     if (n > size_ - 8)
         fail(path + ": header length " + std::to_string(n) + " runs past the end of the file (" +
              std::to_string(size_) + " bytes): truncated or not a safetensors file");
@@ -255,22 +273,36 @@ std::vector<float> to_f32(const TensorView& t) {
     return out;
 }
 
+// Element i of a tensor as stored, read through memcpy: tensor data is only as aligned as the
+// file makes it (a header of odd length puts BF16/F16/I64 data at odd addresses), and a
+// misaligned pointer dereference is undefined behaviour. The compiler turns each memcpy into
+// one plain load.
+template <typename U> static U load(const void* data, int64_t i) {
+    U u;
+    std::memcpy(&u, static_cast<const char*>(data) + i * sizeof(U), sizeof(U));
+    return u;
+}
+
 void to_f32(const TensorView& t, int64_t begin, int64_t n, float* out) {
-    const auto* p16 = static_cast<const uint16_t*>(t.data) + begin;
+    if (n <= 0) return;   // (an empty tensor: out may be null, and memcpy(nullptr, ..., 0) is undefined)
     switch (t.dtype) {
-        case DType::F32: std::memcpy(out, static_cast<const float*>(t.data) + begin, n * sizeof(float)); break;
-        case DType::BF16: for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(p16[i]); break;
-        case DType::F16: for (int64_t i = 0; i < n; i++) out[i] = f16_to_f32(p16[i]); break;
+        case DType::F32: std::memcpy(out, static_cast<const char*>(t.data) + begin * 4, n * sizeof(float)); break;
+        case DType::BF16: for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(load<uint16_t>(t.data, begin + i)); break;
+        case DType::F16: for (int64_t i = 0; i < n; i++) out[i] = f16_to_f32(load<uint16_t>(t.data, begin + i)); break;
         default: fail(t.file + ": tensor \"" + t.name + "\" is " + dtype_name(t.dtype) + ", not a float type");
     }
 }
 
 std::vector<int> to_i32(const TensorView& t) {
     std::vector<int> out(t.numel());
-    if (t.dtype == DType::I32) std::memcpy(out.data(), t.data, out.size() * 4);
-    else if (t.dtype == DType::I64)
-        for (size_t i = 0; i < out.size(); i++) out[i] = (int)static_cast<const int64_t*>(t.data)[i];
-    else fail(t.file + ": tensor \"" + t.name + "\" is " + dtype_name(t.dtype) + ", not an integer type");
+    if (t.dtype != DType::I32 && t.dtype != DType::I64)
+        fail(t.file + ": tensor \"" + t.name + "\" is " + dtype_name(t.dtype) + ", not an integer type");
+    for (size_t i = 0; i < out.size(); i++) {
+        const int64_t v = t.dtype == DType::I32 ? load<int32_t>(t.data, i) : load<int64_t>(t.data, i);
+        if (v < INT32_MIN || v > INT32_MAX)
+            fail(t.file + ": tensor \"" + t.name + "\" holds " + std::to_string(v) + ", outside the 32-bit range");
+        out[i] = (int)v;
+    }
     return out;
 }
 

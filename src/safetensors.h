@@ -42,6 +42,7 @@ public:
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
     const std::string& path() const { return path_; }
 private:
+    void read_header();
     std::string path_;
     void* map_ = nullptr;
     size_t size_ = 0;

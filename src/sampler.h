@@ -44,6 +44,8 @@ constexpr uint64_t splitmix64(uint64_t z) {
 }
 
 // Picks a token id from logits [V] on the CPU; `step` counts the draws of a sequence.
+// Returns -1 when any logit is NaN or Inf (the device sampler does the same; Engine turns it
+// into an error naming the step).
 int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step);
 
 // The tokens a draw with s.temperature > 0 chooses from, most likely first (ties: lower id), with

@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
         if (timing)
             std::fprintf(stderr, "load %.3f s, encode %zu bytes -> %zu ids in %.4f s (%.2f MB/s)\n", load_s, text.size(),
                          ids.size(), s, text.size() / 1e6 / s);
-    } catch (const olmo::Error& e) {
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "error: out of memory\n");
+        return 1;
+    } catch (const std::exception& e) {   // olmo::Error, or a library's exception: one line either way
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }

@@ -211,26 +211,34 @@ void split_added(const Trie& trie, std::string_view text, std::vector<int>& ids,
 
 }  // namespace
 
+int BpeTokenizer::AddedTrie::child(int node, unsigned char b) const {
+    if (node == 0) return root[b];
+    for (int c = nodes[node].first_child; c; c = nodes[c].next_sibling)
+        if (nodes[c].byte == b) return c;
+    return 0;
+}
+
 void BpeTokenizer::AddedTrie::add(const std::string& s, int id) {
     int node = 0;
     for (unsigned char b : s) {
-        if (!next[node][b]) {
-            next[node][b] = (int)next.size();
-            next.push_back({});
-            token.push_back(-1);
+        int c = child(node, b);
+        if (!c) {
+            c = (int)nodes.size();
+            nodes.push_back({-1, 0, node ? nodes[node].first_child : 0, b});
+            (node ? nodes[node].first_child : root[b]) = c;
         }
-        node = next[node][b];
+        node = c;
     }
-    token[node] = id;
+    nodes[node].token = id;
 }
 
 size_t BpeTokenizer::AddedTrie::longest(std::string_view s, size_t pos, int* id) const {
     size_t best = 0;
     int node = 0;
-    for (size_t i = pos; i < s.size() && (node = next[node][(unsigned char)s[i]]); i++)
-        if (token[node] >= 0) {
+    for (size_t i = pos; i < s.size() && (node = child(node, (unsigned char)s[i])); i++)
+        if (nodes[node].token >= 0) {
             best = i + 1 - pos;
-            *id = token[node];
+            *id = nodes[node].token;
         }
     return best;
 }
@@ -350,7 +358,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
                 const std::string& s = m.get_ref<const std::string&>();
                 size_t sp = s.find(' ');
                 if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-                    bad("merge " + std::to_string(rank) + " \"" + s + "\" is not \"left right\"");
+                    bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " is not \"left right\"");
                 left = s.substr(0, sp);
                 right = s.substr(sp + 1);
             } else if (m.is_array() && m.size() == 2) {
@@ -366,7 +374,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
                 merged = bytes_to_id.find(lb + rb);
             }
             if (l == bytes_to_id.end() || r == bytes_to_id.end() || merged == bytes_to_id.end())
-                bad("merge " + std::to_string(rank) + " \"" + left + " " + right + "\" uses a token missing from model.vocab");
+                bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " uses a token missing from model.vocab");
             merges_[(uint64_t)l->second << 32 | (uint32_t)r->second] = {(int)rank, merged->second};
         }
 
@@ -376,7 +384,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
             const int id = json_int(member(t, "id", "an added token"), 0, kMaxVocabSize - 1, path + ": id of an added token");
             const std::string content = member(t, "content", "an added token").get<std::string>();
             for (const char* flag : {"single_word", "lstrip", "rstrip"})
-                if (t.value(flag, false)) bad("added token \"" + content + "\": \"" + flag + "\": true is not supported");
+                if (t.value(flag, false)) bad("added token " + json_excerpt(content) + ": \"" + flag + "\": true is not supported");
             if (content.empty()) continue;  // ignored by `tokenizers` too
             const bool special = t.value("special", false), normalized = t.value("normalized", !special);
             set_decoding(id, content);

@@ -34,10 +34,19 @@ public:
     int vocab_size() const override { return (int)id_bytes_.size(); }
 
 private:
-    // Added tokens, matched leftmost-longest with a byte trie (node 0 is the root).
+    // Added tokens, matched leftmost-longest with a byte trie. The root has a table of all 256
+    // children (every text position starts there); deeper nodes list theirs (first child, next
+    // sibling), so a node costs 16 bytes however long the token (a 256-entry table per node
+    // made a 1 MB added token cost 1 GB).
     struct AddedTrie {
-        std::vector<std::array<int, 256>> next{std::array<int, 256>{}};  // child per byte, 0 = none
-        std::vector<int> token{-1};                                      // id ending here, or -1
+        struct Node {
+            int token = -1;                  // id ending here, or -1
+            int first_child = 0, next_sibling = 0;   // 0 = none
+            unsigned char byte = 0;          // the byte that leads here from the parent
+        };
+        std::array<int, 256> root{};         // the root's child per byte, 0 = none
+        std::vector<Node> nodes{Node{}};     // node 0 is the root
+        int child(int node, unsigned char b) const;
         void add(const std::string& s, int id);
         // Length of the longest added token starting at s[pos] (0 if none); its id in *id.
         size_t longest(std::string_view s, size_t pos, int* id) const;

@@ -2,6 +2,7 @@
 #include "weights.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common.h"
 
@@ -117,6 +118,22 @@ void LoadProgress::finish() {
 
 // ---- the CPU loader ----
 
+namespace {
+
+// Index of the first NaN or Inf among p[0, n), or -1.
+int64_t first_non_finite(const float* p, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!std::isfinite(p[i])) return i;
+    return -1;
+}
+
+}  // namespace
+
+std::string non_finite_weight_message(const WeightSlot& slot, const std::string& file, int64_t element, float value) {
+    return file + ": tensor \"" + slot.name + "\" holds a non-finite value (" + (std::isnan(value) ? "NaN" : "Inf") +
+           " at element " + std::to_string(element) + "); the checkpoint is corrupt";
+}
+
 void load_f32(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<float*>& dst,
               LoadProgress* progress) {
     const std::vector<const TensorView*> views = checkpoint_views(ck, table);
@@ -133,14 +150,24 @@ void load_f32(const Checkpoint& ck, const std::vector<WeightSlot>& table, const 
         total += views[i]->nbytes();
     }
     if (progress) progress->start(total);
-    // Nothing in the loop throws: checkpoint_views() has checked every dtype.
+    // Nothing in the loop throws: checkpoint_views() has checked every dtype. Each chunk is
+    // scanned for NaN/Inf right after its conversion, while it is still in cache (a few percent
+    // of the load); bad[k] is the first such element of chunk k, or -1.
+    std::vector<int64_t> bad(chunks.size(), -1);
 #pragma omp parallel for schedule(dynamic)
     for (size_t k = 0; k < chunks.size(); k++) {
         const Chunk& c = chunks[k];
         const TensorView& v = *views[c.slot];
         to_f32(v, c.begin, c.n, dst[c.slot] + c.begin);
+        bad[k] = first_non_finite(dst[c.slot] + c.begin, c.n);
         if (progress) progress->add(c.n * dtype_size(v.dtype));
     }
+    for (size_t k = 0; k < chunks.size(); k++)
+        if (bad[k] >= 0) {
+            const Chunk& c = chunks[k];
+            const int64_t at = c.begin + bad[k];
+            fail(non_finite_weight_message(table[c.slot], views[c.slot]->file, at, dst[c.slot][at]));
+        }
     if (progress) progress->finish();
 }
 

@@ -91,8 +91,11 @@ private:
 };
 
 // Fills dst[i] (table[i].numel() floats each) with table[i]'s tensor as fp32, in parallel
-// chunks; progress may be null.
+// chunks; progress may be null. A NaN or Inf in any tensor is an error naming it (the GPU
+// loader makes the same check on the device).
 void load_f32(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<float*>& dst,
               LoadProgress* progress);
+// The error both loaders give for a NaN or Inf: file, tensor, what and where.
+std::string non_finite_weight_message(const WeightSlot& slot, const std::string& file, int64_t element, float value);
 
 }  // namespace olmo

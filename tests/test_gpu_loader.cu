@@ -144,6 +144,43 @@ TEST(GpuLoader, CleanErrors) {
     cudaCheck(cudaFree(dev));
 }
 
+// A NaN or Inf in any tensor, as stored on the device, is an error naming the tensor and the
+// element: also a finite fp32 value that overflows in the conversion (70000 in fp16).
+TEST(GpuLoader, NonFiniteWeightIsAnError) {
+    SKIP_WITHOUT_GPU();
+    const json cfg = odd_config();
+    const ModelConfig c = parse_config(cfg.dump(), "c");
+    struct Case {
+        float value;
+        DeviceDType dt;
+        const char* tensor;
+        const char* what;
+    };
+    for (const Case& k : {Case{NAN, DeviceDType::BF16, "model.layers.1.mlp.up_proj.weight", "NaN"},
+                          Case{INFINITY, DeviceDType::F32, "model.embed_tokens.weight", "Inf"},
+                          Case{70000.0f, DeviceDType::F16, "lm_head.weight", "Inf"}}) {
+        const std::string d = temp_dir();
+        write_random_checkpoint(d, cfg, 1, [&](const WeightSlot& s, std::vector<float>& v) {
+            if (s.name == k.tensor) v[v.size() - 3] = k.value;
+        });
+        Checkpoint ck(d);
+        const std::vector<WeightSlot> table = weight_table(c, &ck);
+        size_t total = 0;
+        for (const WeightSlot& s : table) total += s.numel();
+        char* dev = nullptr;
+        cudaCheck(cudaMalloc(&dev, total * 4));
+        std::vector<void*> dst;
+        size_t at = 0;
+        for (const WeightSlot& s : table) dst.push_back(dev + at * (k.dt == DeviceDType::F32 ? 4 : 2)), at += s.numel();
+        int64_t element = 0;
+        for (const WeightSlot& s : table)
+            if (s.name == k.tensor) element = s.numel() - 3;
+        expect_error([&] { load_to_device(ck, table, dst, k.dt); },
+                     {d + "/model.safetensors", k.tensor, k.what, "element " + std::to_string(element)});
+        cudaCheck(cudaFree(dev));
+    }
+}
+
 // The tie rule on the GPU: tie_word_embeddings true with lm_head.weight stored uses lm_head
 // (transformers 5), as the CPU engine does; before the weight table the GPU used the embedding.
 TEST(GpuEngineLoad, TieRuleMatchesCpu) {

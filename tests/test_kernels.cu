@@ -488,6 +488,26 @@ TYPED_TEST(Kernels, Argmax) {
     }
 }
 
+// A NaN or Inf anywhere in the logits: argmax and sample write -1 instead of an id, as
+// sample_cpu returns (the engine turns it into an error naming the step).
+TYPED_TEST(Kernels, NonFiniteLogitsGiveMinusOne) {
+    using T = TypeParam;
+    for (int V : {1000, 100352})
+        for (float bad : {NAN, INFINITY, -INFINITY})
+            for (int at : {0, V / 2, V - 1}) {
+                std::vector<float> x = rounded<T>(randn(V, this->rng, 0.0f, 2.0f));
+                x[at] = bad;
+                DeviceArray<T> d_x(to_dtype<T>(x));
+                DeviceArray<int> d_id(1);
+                argmax(d_id.get(), d_x.get(), V, 0);
+                const std::string what = this->name(fmt("V=%d %f at %d ", V, bad, at));
+                EXPECT_EQ(d_id.download()[0], -1) << "argmax " << what;
+                const SamplingParams s{0.8f, 0, 0.95f, 3};
+                EXPECT_EQ(gpu_draws(d_x.get(), V, s, 1)[0], -1) << "sample " << what;
+                EXPECT_EQ(sample_cpu(x.data(), V, s, 0), -1) << "sample_cpu " << what;
+            }
+}
+
 TYPED_TEST(Kernels, SampleIsDeterministicAndTopK1IsArgmax) {
     using T = TypeParam;
     const int V = 100352;

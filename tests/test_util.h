@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -111,8 +113,10 @@ inline std::string random_bytes(const std::string& dtype, int64_t n, std::mt1993
 }
 
 // Writes config.json + model.safetensors (random F32 weights, every tensor of the weight table,
-// lm_head too unless tied) for `cfg_json` into `dir`.
-inline void write_random_checkpoint(const std::string& dir, const json& cfg_json, unsigned seed = 1) {
+// lm_head too unless tied) for `cfg_json` into `dir`; `edit` may change a tensor's values first.
+using EditTensor = std::function<void(const WeightSlot&, std::vector<float>&)>;
+inline void write_random_checkpoint(const std::string& dir, const json& cfg_json, unsigned seed = 1,
+                                    const EditTensor& edit = nullptr) {
     write(dir + "/config.json", cfg_json.dump());
     ModelConfig c = parse_config(cfg_json.dump(), "config.json");
     std::mt19937 rng(seed);
@@ -121,6 +125,7 @@ inline void write_random_checkpoint(const std::string& dir, const json& cfg_json
     for (const WeightSlot& s : weight_table(c, !c.tie_embeddings)) {
         std::vector<float> v(s.numel());
         for (auto& x : v) x = s.shape.size() == 1 ? 1.0f + normal(rng) : normal(rng);
+        if (edit) edit(s, v);
         tensors.push_back({s.name, s.shape, "F32", std::string((const char*)v.data(), 4 * v.size())});
     }
     write_tensors(dir, tensors);
@@ -138,7 +143,17 @@ struct RunResult {
 };
 
 // Runs a shell command, capturing stdout and stderr separately.
-inline RunResult run_cmd(const std::string& cmd) {
+// The path of one of our programs ("generate", "tokenize"): ./NAME, or $OLMO_BIN_DIR/NAME when
+// that is set (`make test SANITIZE=1` builds sanitized programs in their own build folder).
+inline std::string program(const std::string& name) {
+    const char* bin = std::getenv("OLMO_BIN_DIR");
+    return (bin ? std::string(bin) : std::string(".")) + "/" + name;
+}
+
+// A command that starts with ./generate or ./tokenize runs program() of that name.
+inline RunResult run_cmd(std::string cmd) {
+    for (const std::string name : {"generate", "tokenize"})
+        if (cmd.rfind("./" + name, 0) == 0) cmd = program(name) + cmd.substr(2 + name.size());
     std::string d = temp_dir();
     int status = std::system((cmd + " >" + d + "/out 2>" + d + "/err </dev/null").c_str());
     auto slurp = [](const std::string& p) {
