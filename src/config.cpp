@@ -142,13 +142,10 @@ GenerationDefaults parse_generation_defaults(const json& g, const std::string& w
         if (!g["do_sample"].is_boolean()) fail(where + ": \"do_sample\" must be true or false, got " + json_excerpt(g["do_sample"]));
         d.do_sample = g["do_sample"].get<bool>();
     }
-    d.temperature = rd.get_float("temperature", d.temperature);
-    d.top_p = rd.get_float("top_p", d.top_p);
+    d.temperature = rd.get_float("temperature", d.temperature, 0.0, 100.0);
+    d.top_p = rd.get_float("top_p", d.top_p, 1e-6, 1.0);
     d.top_k = rd.get_int("top_k", d.top_k, 0, kMaxVocabSize);
     d.max_new_tokens = rd.get_int("max_new_tokens", 0, 1, 1 << 30);
-    if (!(d.temperature >= 0 && d.temperature <= 100))
-        fail(where + ": \"temperature\" must be in [0, 100], got " + std::to_string(d.temperature));
-    if (!(d.top_p > 0 && d.top_p <= 1)) fail(where + ": \"top_p\" must be in (0, 1], got " + std::to_string(d.top_p));
     return d;
 }
 

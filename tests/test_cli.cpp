@@ -278,7 +278,7 @@ TEST_F(Cli, GenerationConfigDefaults) {
     write(dir_ + "/generation_config.json", json{{"do_sample", "yes"}}.dump());
     expect_cli_error(ids, "generation_config.json: \"do_sample\" must be true or false");
     write(dir_ + "/generation_config.json", json{{"top_p", 0}}.dump());
-    expect_cli_error(ids, "generation_config.json: \"top_p\" must be in (0, 1]");
+    expect_cli_error(ids, "generation_config.json: \"top_p\" must be a number in [1e-06, 1]");
     write(dir_ + "/generation_config.json", json{{"top_k", -1}}.dump());
     expect_cli_error(ids, "generation_config.json: \"top_k\"");
 }
@@ -356,6 +356,8 @@ TEST(CliChat, Errors) {
     expect_cli_error("--device cpu --chat -p hi --output-ids", "--chat takes its messages from -p or stdin");
     expect_cli_error("--device cpu -p hi --system 'x'", "--system needs --chat");
     expect_cli_error("--device cpu -cnv --beams 2", "excludes");
+}
+
 // --- the sampler and output flags (issue 17) ---
 
 const std::string kGreedy = "./generate --device cpu --temperature 0 ";

@@ -199,6 +199,9 @@ TEST_F(Flags, ManyPromptsRunInWaves) {
 
 // Prompt sources are read up to 64 MiB: /dev/zero as a file or as stdin is an error, at once.
 TEST_F(Flags, PromptSourcesAreBounded) {
+    json cfg = tiny_olmo2_config();
+    cfg["vocab_size"] = 8192;   // the default tokenizer's
+    write_random_checkpoint(dir_, cfg);
     const std::string args = "--device cpu --model " + dir_ + " --tokenizer tokenizer/tokenizer.model --output-ids -n 2 ";
     expect_cli_error(args + "--prompt-file /dev/zero", "/dev/zero: larger than the limit of 64 MiB");
     expect_cli_error(args + "--prompts-file /dev/zero", "/dev/zero: larger than the limit of 64 MiB");
