@@ -36,7 +36,7 @@ for bin in "$@"; do
   f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below.*/\1/p' "$log" | tail -1)
   s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below.*/\1/p' "$log" | tail -1)
   p=${p:-0}; f=${f:-0}; s=${s:-0}
-  line=$(printf '%-22s %4d passed, %d failed, %d skipped  %4d.%d s' "$name" "$p" "$f" "$s" $((ms / 1000)) $((ms % 1000 / 100)))
+  line=$(printf '%-24s %4d passed, %d failed, %d skipped  %4d.%d s' "$name" "$p" "$f" "$s" $((ms / 1000)) $((ms % 1000 / 100)))
   [ "$s" -gt 0 ] && line="$line  (skipped: $(skip_reasons <"$log"))"
   echo "$line"
   [ "$f" -gt 0 ] && failed_blocks <"$log"
