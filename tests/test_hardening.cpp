@@ -250,6 +250,19 @@ TEST(Safetensors, MisalignedAndEmptyTensors) {
     expect_error([&] { to_i32(*f.find("i")); }, {"\"i\"", "1099511627776", "outside the 32-bit range"});
 }
 
+// A file refused after it was mapped is unmapped again (the fuzzer ran out of mappings).
+TEST(Safetensors, RefusedFilesAreUnmapped) {
+    const std::string path = temp_dir() + "/bad.safetensors";
+    write(path, safetensors_bytes_raw("{\"x\": 1}", std::string(4096, '\0')));
+    auto mappings = [] {
+        const std::string maps = read_file("/proc/self/maps", /*allow_pipe=*/true);
+        return std::count(maps.begin(), maps.end(), '\n');
+    };
+    const auto before = mappings();
+    for (int i = 0; i < 200; i++) expect_error([&] { SafeTensorsFile f(path); }, {"entry needs dtype"});
+    EXPECT_LT(mappings(), before + 20);
+}
+
 // A NUL byte in a prompt is kept: the echo is not cut there.
 TEST(Prompts, NulBytesAreKept) {
     const std::string dir = temp_dir();

@@ -6,17 +6,24 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 namespace olmo::fuzz {
 
-// A folder of this process, made once (in /dev/shm when there is one: faster than a disk).
+// A folder of this process, made once (in /dev/shm when there is one: faster than a disk) and
+// removed at exit.
 inline const std::string& scratch_dir() {
     static const std::string dir = [] {
         std::string tmpl = (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") + std::string("/olmo_fuzz_XXXXXX");
-        return std::string(mkdtemp(tmpl.data()));
+        if (!mkdtemp(tmpl.data())) abort();
+        return tmpl;
     }();
+    // libFuzzer ends with exit(). Registered after dir was made, so it runs before dir's destructor.
+    static const bool cleanup = (std::atexit([] { std::filesystem::remove_all(scratch_dir()); }), true);
+    (void)cleanup;
     return dir;
 }
 
