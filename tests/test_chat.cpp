@@ -123,13 +123,7 @@ TEST(ChatTemplate, StopIdsWithTheDolma2Tokenizer) {
 // A tiny random model with the dolma2 tokenizer.
 struct ChatModel {
     ChatModel() {
-        json cfg = tiny_olmo2_config();
-        cfg["vocab_size"] = 100352;
-        cfg["hidden_size"] = 16;
-        cfg["intermediate_size"] = 32;
-        cfg["num_hidden_layers"] = 1;
-        cfg["max_position_embeddings"] = 512;
-        write_random_checkpoint(dir, cfg, 3);
+        write_random_checkpoint(dir, tiny_dolma2_config(), 3);
         config = load_config(dir);
         ckpt = std::make_unique<Checkpoint>(dir);
         tok = load_tokenizer("tests/tokenizers/allenai_dolma2.json");

@@ -17,14 +17,6 @@ using namespace olmo::test;
 
 namespace {
 
-// Expects a failed run whose stderr is one "error: ..." line containing `what`.
-void expect_cli_error(const std::string& args, const std::string& what) {
-    RunResult r = run_cmd("./generate " + args);
-    EXPECT_NE(r.code, 0) << args;
-    EXPECT_NE(r.err.find(what), std::string::npos) << args << "\nstderr: " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "expected one line, got: " << r.err;
-}
-
 class Cli : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -164,13 +156,7 @@ namespace {
 // A folder with a tiny random model of OLMo-2's vocabulary and the real dolma2 tokenizer.json.
 std::string dolma2_model_dir() {
     const std::string dir = temp_dir();
-    json cfg = tiny_olmo2_config();
-    cfg["vocab_size"] = 100352;
-    cfg["hidden_size"] = 16;
-    cfg["intermediate_size"] = 32;
-    cfg["num_hidden_layers"] = 1;
-    cfg["max_position_embeddings"] = 512;
-    write_random_checkpoint(dir, cfg);
+    write_random_checkpoint(dir, tiny_dolma2_config());
     write(dir + "/tokenizer.json", read_file("tests/tokenizers/allenai_dolma2.json"));
     return dir;
 }

@@ -19,14 +19,6 @@ using namespace olmo::test;
 
 namespace {
 
-// Expects a failed ./generate run whose stderr is one "error: ..." line containing `what`.
-void expect_cli_error(const std::string& args, const std::string& what) {
-    RunResult r = run_cmd("./generate " + args);
-    EXPECT_NE(r.code, 0) << args;
-    EXPECT_NE(r.err.find(what), std::string::npos) << args << "\nstderr: " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": expected one line, got: " << r.err;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -137,12 +138,22 @@ inline json tiny_olmo2_config() {
             {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"eos_token_id", 1000}};
 }
 
+// tiny_olmo2_config with OLMo-2's vocabulary (the dolma2 tokenizer's 100352 ids), kept small.
+inline json tiny_dolma2_config() {
+    json cfg = tiny_olmo2_config();
+    cfg["vocab_size"] = 100352;
+    cfg["hidden_size"] = 16;
+    cfg["intermediate_size"] = 32;
+    cfg["num_hidden_layers"] = 1;
+    cfg["max_position_embeddings"] = 512;
+    return cfg;
+}
+
 struct RunResult {
     int code;
     std::string out, err;
 };
 
-// Runs a shell command, capturing stdout and stderr separately.
 // The path of one of our programs ("generate", "tokenize"): ./NAME, or $OLMO_BIN_DIR/NAME when
 // that is set (`make test SANITIZE=1` builds sanitized programs in their own build folder).
 inline std::string program(const std::string& name) {
@@ -150,7 +161,8 @@ inline std::string program(const std::string& name) {
     return (bin ? std::string(bin) : std::string(".")) + "/" + name;
 }
 
-// A command that starts with ./generate or ./tokenize runs program() of that name.
+// Runs a shell command, capturing stdout and stderr separately. A command that starts with
+// ./generate or ./tokenize runs program() of that name.
 inline RunResult run_cmd(std::string cmd) {
     for (const std::string name : {"generate", "tokenize"})
         if (cmd.rfind("./" + name, 0) == 0) cmd = program(name) + cmd.substr(2 + name.size());
@@ -161,6 +173,14 @@ inline RunResult run_cmd(std::string cmd) {
         return std::string(std::istreambuf_iterator<char>(f), {});
     };
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(d + "/out"), slurp(d + "/err")};
+}
+
+// Expects a failed ./generate run whose stderr is one "error: ..." line containing `what`.
+inline void expect_cli_error(const std::string& args, const std::string& what) {
+    RunResult r = run_cmd("./generate " + args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find(what), std::string::npos) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": expected one line, got: " << r.err;
 }
 
 // A tokenizer that counts the ids it is asked to decode (StreamDecoder must ask for a bounded
