@@ -476,13 +476,14 @@ template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStrea
 // *out_id (device) = a token drawn from softmax(logits [V] / temperature) restricted by top-k,
 // top-p and min-p (p.repetition_penalty is not applied here: see sampler.h); the random number
 // is a function of (p.seed, *step) (step: device pointer); -1 when any logit is NaN or Inf.
-// p.temperature must be > 0 (greedy decoding is argmax).
+// p must not be greedy() (greedy decoding is argmax).
 template <typename T>
 void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const int* step, cudaStream_t stream) {
     using namespace sampling;
     if (V < 1 || V >= kMaxVocab) fail("sample: vocabulary size " + std::to_string(V) + " outside [1, 2^18)");
-    if (!(p.temperature > 0.0f) || !std::isfinite(p.temperature))
-        fail("sample: temperature must be > 0, got " + std::to_string(p.temperature));
+    if (p.greedy() || !std::isfinite(p.temperature))
+        fail("sample: temperature must be finite and >= 1e-5 (below, decoding is greedy), got " +
+             std::to_string(p.temperature));
     if (p.top_k < 0) fail("sample: top_k must be >= 0, got " + std::to_string(p.top_k));
     if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("sample: top_p must be in (0, 1], got " + std::to_string(p.top_p));
     if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) fail("sample: min_p must be in [0, 1], got " + std::to_string(p.min_p));

@@ -415,7 +415,7 @@ private:
     void draw(const std::vector<SamplingParams>& s) {
         const int V = c_.vocab;
         for (int b = 0; b < (int)s.size(); b++) {
-            if (s[b].temperature <= 0.0f) argmax(next_ids_ + b, logits_ + (size_t)b * V, V, stream_);
+            if (s[b].greedy()) argmax(next_ids_ + b, logits_ + (size_t)b * V, V, stream_);
             else olmo::sample(next_ids_ + b, logits_ + (size_t)b * V, V, s[b], meta_.step + b, stream_);
         }
     }

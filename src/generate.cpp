@@ -313,8 +313,7 @@ void check_output_flags(Options& o, const Tokenizer* tok) {
 
 // What CLI11's parsing and its Range checks leave open: NaN passes every Range (comparisons
 // with NaN are false), an empty path would silently mean the default, and an unsigned option
-// takes "-1" as 2^64-1. Temperatures below 1e-5 are greedy, as transformers treats 0: dividing
-// by them overflows to Inf.
+// takes "-1" as 2^64-1. (Temperatures below 1e-5 are greedy: SamplingParams::greedy.)
 void check_flags(const CLI::App& app, Options& o) {
     auto in_range = [](const char* flag, float v, float lo, float hi) {
         if (!(v >= lo && v <= hi))
@@ -325,7 +324,6 @@ void check_flags(const CLI::App& app, Options& o) {
     if (app.count("--top-p")) in_range("--top-p", o.top_p, 1e-6f, 1.0f);
     in_range("--length-penalty", o.length_penalty, -100.0f, 100.0f);
     in_range("--kv-pool-gb", o.kv_pool_gb, 0.0f, 4096.0f);
-    if (app.count("--temperature") && o.temperature < 1e-5f) o.temperature = 0.0f;
     const std::vector<std::pair<const char*, const std::string*>> paths = {
         {"--model", &o.model}, {"--tokenizer", &o.tokenizer}, {"--prompt-file", &o.prompt_file},
         {"--prompts-file", &o.prompts_file}, {"--prompt-ids", &o.prompt_ids}, {"--random-weights", &o.random_weights}};

@@ -55,7 +55,7 @@ Candidates sampling_candidates(const float* logits, int V, const SamplingParams&
 int sample_cpu(const float* logits, int V, const SamplingParams& s, uint64_t step) {
     for (int i = 0; i < V; i++)
         if (!std::isfinite(logits[i])) return -1;   // NaN would also break the sort's ordering
-    if (s.temperature <= 0.0f) return cpu::argmax(logits, V);
+    if (s.greedy()) return cpu::argmax(logits, V);
     const Candidates c = sampling_candidates(logits, V, s);
     const double total = std::accumulate(c.weights.begin(), c.weights.end(), 0.0);
     const double u = uniform(s.seed, step) * total;

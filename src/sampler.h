@@ -21,12 +21,16 @@
 namespace olmo {
 
 struct SamplingParams {
-    float temperature = 0.0f;  // 0 = greedy (argmax, ties to the lowest id)
+    float temperature = 0.0f;  // below kGreedyBelow = greedy (argmax, ties to the lowest id)
     int top_k = 0;             // 0 = off
     float top_p = 1.0f;        // 1 = off
     uint64_t seed = 0;
     float min_p = 0.0f;               // 0 = off
     float repetition_penalty = 1.0f;  // 1 = off; applied by the decoding loop, not the samplers
+    // Temperatures this small are greedy, as transformers treats 0: dividing logits by them
+    // would overflow to Inf. Both samplers decide here.
+    static constexpr float kGreedyBelow = 1e-5f;
+    bool greedy() const { return !(temperature >= kGreedyBelow); }
     bool operator==(const SamplingParams& o) const {
         return temperature == o.temperature && top_k == o.top_k && top_p == o.top_p && seed == o.seed &&
                min_p == o.min_p && repetition_penalty == o.repetition_penalty;
