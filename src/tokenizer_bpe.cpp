@@ -266,135 +266,165 @@ bool post_processor_adds_nothing(const json& p, int depth = 0) {
 
 }  // namespace
 
+// tokenizer.json as read by the constructor: the parsed file and its path, for errors.
+struct BpeTokenizer::Reader {
+    const json& j;
+    const std::string& path;
+    [[noreturn]] void bad(const std::string& problem) const { fail(path + ": " + problem); }
+    const json& member(const json& obj, const char* key, const char* where) const {
+        if (!obj.is_object() || !obj.contains(key)) bad(std::string("missing \"") + key + "\" in " + where);
+        return obj[key];
+    }
+    const json& optional(const char* key) const {
+        static const json null;
+        return j.contains(key) ? j[key] : null;
+    }
+};
+
 BpeTokenizer::BpeTokenizer(const std::string& path) {
-    auto bad = [&](const std::string& problem) { fail(path + ": " + problem); };
     json j;
     try {
         j = json::parse(read_file(path));
     } catch (const json::exception& e) {
-        bad(std::string("malformed JSON (") + e.what() + ")");
+        fail(path + ": malformed JSON (" + e.what() + ")");
     }
-    auto member = [&](const json& obj, const char* key, const char* where) -> const json& {
-        if (!obj.is_object() || !obj.contains(key)) bad(std::string("missing \"") + key + "\" in " + where);
-        return obj[key];
-    };
-    const json null;
-    auto optional = [&](const char* key) -> const json& { return j.contains(key) ? j[key] : null; };
+    const Reader r{j, path};
     try {
-        // The model: BPE without dropout, affixes or byte fallback.
-        const json& model = member(j, "model", "the top level");
-        if (type_of(model) != "BPE") bad("model type \"" + type_of(model) + "\" is not supported (only BPE)");
-        for (const char* opt : {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback", "ignore_merges"}) {
-            auto it = model.find(opt);
-            if (it != model.end() && !it->is_null() && *it != false && *it != "")
-                bad(std::string("BPE option \"") + opt + "\": " + json_excerpt(*it) + " is not supported");
-        }
-        for (const char* opt : {"truncation", "padding"})
-            if (!optional(opt).is_null()) bad(std::string("\"") + opt + "\" is not supported");
-
-        // Normalizer: NFC or none.
-        const json& norm = optional("normalizer");
-        nfc_ = type_of(norm) == "NFC";
-        if (!norm.is_null() && !nfc_) bad("normalizer " + json_excerpt(norm) + " is not supported (only NFC or none)");
-
-        // Pre-tokenizer: ByteLevel with its GPT-2 regex, or Split(regex) then ByteLevel without.
-        // A Split that keeps the matches (Removed + invert, or Isolated) is the same as the
-        // regex pass of ByteLevel: both patterns match every character, so nothing is dropped.
-        const json& pre = member(j, "pre_tokenizer", "the top level");
-        auto byte_level = [&](const json& p, bool use_regex) {
-            if (type_of(p) != "ByteLevel" || p.value("use_regex", true) != use_regex) return false;
-            if (p.value("add_prefix_space", false)) bad("pre_tokenizer ByteLevel with add_prefix_space is not supported");
-            return true;
-        };
-        auto split = [&](const json& p) {
-            if (type_of(p) != "Split" || !p.contains("pattern") || !p["pattern"].is_object()) return false;
-            const std::string regex = p["pattern"].value("Regex", ""), behavior = p.value("behavior", "");
-            bool keeps_matches = (behavior == "Removed" && p.value("invert", false)) ||
-                                 (behavior == "Isolated" && !p.value("invert", false));
-            cl100k_ = regex == kCl100kRegex;
-            return keeps_matches && (cl100k_ || regex == kGpt2Regex);
-        };
-        const json& seq = type_of(pre) == "Sequence" ? member(pre, "pretokenizers", "pre_tokenizer") : null;
-        if (!byte_level(pre, true) && !(seq.size() == 2 && split(seq[0]) && byte_level(seq[1], false)))
-            bad("pre_tokenizer " + json_excerpt(pre) +
-                " is not supported (only ByteLevel, or Split with the GPT-2 or cl100k regex then ByteLevel)");
-
-        const json& dec = member(j, "decoder", "the top level");
-        if (type_of(dec) != "ByteLevel") bad("decoder " + json_excerpt(dec) + " is not supported (only ByteLevel)");
-        if (!post_processor_adds_nothing(optional("post_processor")))
-            bad("post_processor " + json_excerpt(optional("post_processor")) + " adds tokens; not supported");
-
-        // Vocabulary: byte strings for BPE, and what each id decodes to.
-        const json& vocab = member(model, "vocab", "model");
-        if (!vocab.is_object() || vocab.empty()) bad("model.vocab is not a non-empty object");
-        auto set_decoding = [&](int id, const std::string& token) {  // as the ByteLevel decoder does
-            if (id >= (int)id_bytes_.size()) {
-                id_bytes_.resize(id + 1);
-                special_.resize(id + 1, 0);
-            }
-            std::string bytes;
-            id_bytes_[id] = byte_level_to_bytes(token, &bytes) ? bytes : token;
-        };
-        std::unordered_map<std::string, int> bytes_to_id;
-        std::string bytes;
-        for (const auto& [token, id] : vocab.items()) {
-            const int checked = json_int(id, 0, kMaxVocabSize - 1, path + ": id of token \"" + token + "\"");
-            set_decoding(checked, token);
-            if (byte_level_to_bytes(token, &bytes)) bytes_to_id.emplace(bytes, checked);
-        }
-        for (int b = 0; b < 256; b++) {  // (the bytes missing from OLMo-1's vocab never occur in UTF-8)
-            auto it = bytes_to_id.find(std::string(1, (char)b));
-            byte_id_[b] = it == bytes_to_id.end() ? -1 : it->second;
-        }
-
-        // Merges, "left right" strings or [left, right] pairs; the list order is the rank. A
-        // repeated pair keeps its last rank, as in `tokenizers`.
-        const json& merges = member(model, "merges", "model");
-        if (!merges.is_array()) bad("model.merges is not an array");
-        for (size_t rank = 0; rank < merges.size(); rank++) {
-            const json& m = merges[rank];
-            std::string left, right, lb, rb;
-            if (m.is_string()) {
-                const std::string& s = m.get_ref<const std::string&>();
-                size_t sp = s.find(' ');
-                if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-                    bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " is not \"left right\"");
-                left = s.substr(0, sp);
-                right = s.substr(sp + 1);
-            } else if (m.is_array() && m.size() == 2) {
-                left = m[0].get<std::string>();
-                right = m[1].get<std::string>();
-            } else {
-                bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " is not \"left right\" or [left, right]");
-            }
-            auto l = bytes_to_id.end(), r = l, merged = l;
-            if (byte_level_to_bytes(left, &lb) && byte_level_to_bytes(right, &rb)) {
-                l = bytes_to_id.find(lb);
-                r = bytes_to_id.find(rb);
-                merged = bytes_to_id.find(lb + rb);
-            }
-            if (l == bytes_to_id.end() || r == bytes_to_id.end() || merged == bytes_to_id.end())
-                bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " uses a token missing from model.vocab");
-            merges_[(uint64_t)l->second << 32 | (uint32_t)r->second] = {(int)rank, merged->second};
-        }
-
-        // Added tokens: ids that override the vocabulary, cut out of the text before BPE.
-        const json& added = optional("added_tokens");
-        for (const json& t : added.is_null() ? json::array() : added) {
-            const int id = json_int(member(t, "id", "an added token"), 0, kMaxVocabSize - 1, path + ": id of an added token");
-            const std::string content = member(t, "content", "an added token").get<std::string>();
-            for (const char* flag : {"single_word", "lstrip", "rstrip"})
-                if (t.value(flag, false)) bad("added token " + json_excerpt(content) + ": \"" + flag + "\": true is not supported");
-            if (content.empty()) continue;  // ignored by `tokenizers` too
-            const bool special = t.value("special", false), normalized = t.value("normalized", !special);
-            set_decoding(id, content);
-            special_[id] = special;
-            std::string buf;
-            if (normalized) normalized_added_.add(std::string(nfc_ ? nfc(content, buf) : content), id);
-            else raw_added_.add(content, id);
-        }
+        read_pipeline(r);
+        read_merges(r, read_vocab(r));
+        read_added(r);
     } catch (const json::exception& e) {
-        bad(std::string("unexpected tokenizer.json structure (") + e.what() + ")");
+        r.bad(std::string("unexpected tokenizer.json structure (") + e.what() + ")");
+    }
+}
+
+// The model (BPE without dropout, affixes or byte fallback), normalizer, pre-tokenizer, decoder
+// and post-processor: only what this tokenizer implements is accepted.
+void BpeTokenizer::read_pipeline(const Reader& r) {
+    const json& j = r.j;
+    auto bad = [&](const std::string& problem) { r.bad(problem); };
+    const json null;
+    const json& model = r.member(j, "model", "the top level");
+    if (type_of(model) != "BPE") bad("model type \"" + type_of(model) + "\" is not supported (only BPE)");
+    for (const char* opt : {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback", "ignore_merges"}) {
+        auto it = model.find(opt);
+        if (it != model.end() && !it->is_null() && *it != false && *it != "")
+            bad(std::string("BPE option \"") + opt + "\": " + json_excerpt(*it) + " is not supported");
+    }
+    for (const char* opt : {"truncation", "padding"})
+        if (!r.optional(opt).is_null()) bad(std::string("\"") + opt + "\" is not supported");
+
+    // Normalizer: NFC or none.
+    const json& norm = r.optional("normalizer");
+    nfc_ = type_of(norm) == "NFC";
+    if (!norm.is_null() && !nfc_) bad("normalizer " + json_excerpt(norm) + " is not supported (only NFC or none)");
+
+    // Pre-tokenizer: ByteLevel with its GPT-2 regex, or Split(regex) then ByteLevel without.
+    // A Split that keeps the matches (Removed + invert, or Isolated) is the same as the
+    // regex pass of ByteLevel: both patterns match every character, so nothing is dropped.
+    const json& pre = r.member(j, "pre_tokenizer", "the top level");
+    auto byte_level = [&](const json& p, bool use_regex) {
+        if (type_of(p) != "ByteLevel" || p.value("use_regex", true) != use_regex) return false;
+        if (p.value("add_prefix_space", false)) bad("pre_tokenizer ByteLevel with add_prefix_space is not supported");
+        return true;
+    };
+    auto split = [&](const json& p) {
+        if (type_of(p) != "Split" || !p.contains("pattern") || !p["pattern"].is_object()) return false;
+        const std::string regex = p["pattern"].value("Regex", ""), behavior = p.value("behavior", "");
+        bool keeps_matches = (behavior == "Removed" && p.value("invert", false)) ||
+                             (behavior == "Isolated" && !p.value("invert", false));
+        cl100k_ = regex == kCl100kRegex;
+        return keeps_matches && (cl100k_ || regex == kGpt2Regex);
+    };
+    const json& seq = type_of(pre) == "Sequence" ? r.member(pre, "pretokenizers", "pre_tokenizer") : null;
+    if (!byte_level(pre, true) && !(seq.size() == 2 && split(seq[0]) && byte_level(seq[1], false)))
+        bad("pre_tokenizer " + json_excerpt(pre) +
+            " is not supported (only ByteLevel, or Split with the GPT-2 or cl100k regex then ByteLevel)");
+
+    const json& dec = r.member(j, "decoder", "the top level");
+    if (type_of(dec) != "ByteLevel") bad("decoder " + json_excerpt(dec) + " is not supported (only ByteLevel)");
+    if (!post_processor_adds_nothing(r.optional("post_processor")))
+        bad("post_processor " + json_excerpt(r.optional("post_processor")) + " adds tokens; not supported");
+}
+
+// What id decodes to, as the ByteLevel decoder does.
+void BpeTokenizer::set_decoding(int id, const std::string& token) {
+    if (id >= (int)id_bytes_.size()) {
+        id_bytes_.resize(id + 1);
+        special_.resize(id + 1, 0);
+    }
+    std::string bytes;
+    id_bytes_[id] = byte_level_to_bytes(token, &bytes) ? bytes : token;
+}
+
+// model.vocab: what each id decodes to, the id of each single byte; returns bytes -> id.
+std::unordered_map<std::string, int> BpeTokenizer::read_vocab(const Reader& r) {
+    const json& model = r.member(r.j, "model", "the top level");
+    const json& vocab = r.member(model, "vocab", "model");
+    if (!vocab.is_object() || vocab.empty()) r.bad("model.vocab is not a non-empty object");
+    std::unordered_map<std::string, int> bytes_to_id;
+    std::string bytes;
+    for (const auto& [token, id] : vocab.items()) {
+        const int checked = json_int(id, 0, kMaxVocabSize - 1, r.path + ": id of token \"" + token + "\"");
+        set_decoding(checked, token);
+        if (byte_level_to_bytes(token, &bytes)) bytes_to_id.emplace(bytes, checked);
+    }
+    for (int b = 0; b < 256; b++) {  // (the bytes missing from OLMo-1's vocab never occur in UTF-8)
+        auto it = bytes_to_id.find(std::string(1, (char)b));
+        byte_id_[b] = it == bytes_to_id.end() ? -1 : it->second;
+    }
+    return bytes_to_id;
+}
+
+// Merges, "left right" strings or [left, right] pairs; the list order is the rank. A
+// repeated pair keeps its last rank, as in `tokenizers`.
+void BpeTokenizer::read_merges(const Reader& r, const std::unordered_map<std::string, int>& bytes_to_id) {
+    const json& model = r.member(r.j, "model", "the top level");
+    const json& merges = r.member(model, "merges", "model");
+    if (!merges.is_array()) r.bad("model.merges is not an array");
+    for (size_t rank = 0; rank < merges.size(); rank++) {
+        const json& m = merges[rank];
+        std::string left, right, lb, rb;
+        if (m.is_string()) {
+            const std::string& s = m.get_ref<const std::string&>();
+            size_t sp = s.find(' ');
+            if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+                r.bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " is not \"left right\"");
+            left = s.substr(0, sp);
+            right = s.substr(sp + 1);
+        } else if (m.is_array() && m.size() == 2) {
+            left = m[0].get<std::string>();
+            right = m[1].get<std::string>();
+        } else {
+            r.bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " is not \"left right\" or [left, right]");
+        }
+        auto lid = bytes_to_id.end(), rid = lid, merged = lid;
+        if (byte_level_to_bytes(left, &lb) && byte_level_to_bytes(right, &rb)) {
+            lid = bytes_to_id.find(lb);
+            rid = bytes_to_id.find(rb);
+            merged = bytes_to_id.find(lb + rb);
+        }
+        if (lid == bytes_to_id.end() || rid == bytes_to_id.end() || merged == bytes_to_id.end())
+            r.bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " uses a token missing from model.vocab");
+        merges_[(uint64_t)lid->second << 32 | (uint32_t)rid->second] = {(int)rank, merged->second};
+    }
+}
+
+// Added tokens: ids that override the vocabulary, cut out of the text before BPE.
+void BpeTokenizer::read_added(const Reader& r) {
+    const json& added = r.optional("added_tokens");
+    for (const json& t : added.is_null() ? json::array() : added) {
+        const int id = json_int(r.member(t, "id", "an added token"), 0, kMaxVocabSize - 1, r.path + ": id of an added token");
+        const std::string content = r.member(t, "content", "an added token").get<std::string>();
+        for (const char* flag : {"single_word", "lstrip", "rstrip"})
+            if (t.value(flag, false)) r.bad("added token " + json_excerpt(content) + ": \"" + flag + "\": true is not supported");
+        if (content.empty()) continue;  // ignored by `tokenizers` too
+        const bool special = t.value("special", false), normalized = t.value("normalized", !special);
+        set_decoding(id, content);
+        special_[id] = special;
+        std::string buf;
+        if (normalized) normalized_added_.add(std::string(nfc_ ? nfc(content, buf) : content), id);
+        else raw_added_.add(content, id);
     }
 }
 

@@ -53,6 +53,14 @@ private:
     };
     struct Merge { int rank, id; };  // priority of a pair of ids and the id it merges into
     struct Scratch;                  // per-call buffers and the cache of pre-token -> ids
+    struct Reader;                   // the parsed tokenizer.json (tokenizer_bpe.cpp)
+
+    // The constructor's steps.
+    void read_pipeline(const Reader& r);
+    std::unordered_map<std::string, int> read_vocab(const Reader& r);
+    void read_merges(const Reader& r, const std::unordered_map<std::string, int>& bytes_to_id);
+    void read_added(const Reader& r);
+    void set_decoding(int id, const std::string& token);
 
     void encode_piece(std::string_view raw, std::vector<int>& ids, Scratch& s) const;
     void encode_pretokens(std::string_view text, std::vector<int>& ids, Scratch& s) const;
