@@ -11,10 +11,10 @@ import torch
 BW = 4.25e12   # measured H200 copy bandwidth (bytes/s)
 
 
-def ours(cfg_path, prompt_len, n_new, batch=1):
+def ours(cfg_path, prompt_len, n_new, batch=1, dtype="bf16"):
     out = subprocess.run(["./generate", "--device", "cuda", "--random-weights", cfg_path, "--prompt-len", str(prompt_len),
                           "-n", str(n_new), "--stats", "--temperature", "0", "--max-seq-len", str(prompt_len + n_new + 1),
-                          "--batch", str(batch)],
+                          "--batch", str(batch), "--dtype", dtype],
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"./generate failed: {out.stderr}")
@@ -37,11 +37,17 @@ def params(c):
     return c["num_hidden_layers"] * layer_params(c) + V * H + H + lm_head
 
 
-def weight_bytes(c):
-    """bf16 bytes of weights one decode step reads: every layer, the final norm and the LM head
-    (V x H, tied or not). Of the embedding only one row per token is read: left out."""
+def weight_bytes(c, dtype="bf16"):
+    """Bytes of weights one decode step reads: every layer, the final norm and the LM head
+    (V x H, tied or not). Of the embedding only one row per token is read: left out. fp8: one
+    byte per weight of the linear layers (their scales are noise), two per norm weight."""
     H, V = c["hidden_size"], c["vocab_size"]
-    return 2 * (c["num_hidden_layers"] * layer_params(c) + H + V * H)
+    bf16 = 2 * (c["num_hidden_layers"] * layer_params(c) + H + V * H)
+    if dtype != "fp8":
+        return bf16
+    hd = c.get("head_dim", H // c["num_attention_heads"])
+    norms = c["num_hidden_layers"] * (c["num_attention_heads"] * hd + c["num_key_value_heads"] * hd + 2 * H) + H
+    return bf16 / 2 + norms
 
 
 def hf_model(cfg):

@@ -96,6 +96,7 @@ public:
             kv += L.k_pool.size() + L.v_pool.size();
         }
         m.weights = w * sizeof(float);
+        m.weight_format = "fp32";
         m.kv_pool = kv * sizeof(float);
         return with_pool_use(m);
     }

@@ -24,6 +24,8 @@
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
 #include "engine.h"
+#include "fp8.cuh"
+#include "fp8_gemm.h"
 #include "gpu_loader.h"
 #include "memory_check.h"
 #include "norm.cuh"
@@ -67,16 +69,35 @@ struct Arena {
     ~Arena() { if (base) cudaFree(base); }
 };
 
+// n elements of device memory for the length of a scope (n = 0: none).
+template <typename U>
+struct DeviceBuffer {
+    U* p = nullptr;
+    explicit DeviceBuffer(size_t n) { if (n) cudaCheck(cudaMalloc(&p, n * sizeof(U))); }
+    ~DeviceBuffer() { if (p) cudaFree(p); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// The weight of a linear layer, y = x · Wᵀ with W [N, K]: in T, or with --dtype fp8 in FP8
+// (fp8.h: q [N16, ld] E4M3 and one scale per row), never both.
+template <typename T>
+struct Weight {
+    T* w = nullptr;   // [N, K]
+    Fp8Matrix f8;     // f8.q != nullptr: FP8, and w is null
+    int N = 0, K = 0;
+};
+
 template <typename T>
 struct GpuLayer {
-    T* wqkv;          // [Q+2KV, H]   q | k | v rows
-    T* wo;            // [H, Q]
+    Weight<T> wqkv;   // [Q+2KV, H]   q | k | v rows
+    Weight<T> wo;     // [H, Q]
     T* q_norm;        // [Q]          (OLMo-2/3)
     T* k_norm;        // [KV]
     T* attn_norm;     // [H]          post_attention_layernorm (OLMo-2/3)
     T* ff_norm;       // [H]          post_feedforward_layernorm (OLMo-2/3)
-    T* wgu;           // [2I, H]      gate | up rows
-    T* wdown;         // [H, I]
+    Weight<T> wgu;    // [2I, H]      gate | up rows
+    Weight<T> wdown;  // [H, I]
     T* k_pool;        // [blocks * block_size, KV]   paged K cache (kv_cache.h)
     T* v_pool;        // [blocks * block_size, KV]
     float* inv_freq;  // [hd/2]
@@ -99,9 +120,10 @@ struct StepMeta {
 template <typename T>
 class CudaEngine : public Engine {
 public:
-    CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch,
+    // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
+    CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
                LoadProgress* progress)
-        : c_(c), max_batch_(max_batch), table_(weight_table(c, ck)) {
+        : c_(c), max_batch_(max_batch), fp8_(fp8), table_(weight_table(c, ck)) {
         init_kv(c, max_seq, kv_blocks);
         chunk_ = std::min(max_seq_, kMaxChunk);
         stride_ = (max_seq_ + kv_->block_size() - 1) / kv_->block_size() + 1;
@@ -112,12 +134,17 @@ public:
         cublasCheck(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));   // fp32 stays true fp32 (no TF32)
         layers_.resize(c.n_layers);
         carve();                 // count sizes
-        check_fits({weights_.used, kv_arena_.used, buffers_.used}, gpu_free_bytes(), "free on the GPU");
+        // (FP8: the buffers include the staging area the load quantizes from, freed after it)
+        check_fits({weights_.used, kv_arena_.used, buffers_.used + staging_bytes()}, gpu_free_bytes(), "free on the GPU");
         weights_.allocate();
         buffers_.allocate();
         kv_arena_.allocate();
         carve();                 // hand out pointers
         cublasCheck(cublasSetWorkspace(cublas_, cublas_ws_, kCublasWorkspace));
+        if (fp8_) {
+            fp8_gemm_ = std::make_unique<Fp8Gemm>(cublas_ws_, kCublasWorkspace);
+            cudaCheck(cudaMemsetAsync(weights_.base, 0, weights_.size, stream_));   // FP8 padding rows and columns
+        }
         if (ck) upload(*ck, progress);
         else randomize();
         cudaCheck(cudaMallocHost(&host_meta_, sizeof(int) * meta_ints_));
@@ -141,6 +168,10 @@ public:
     MemoryUse memory() const override {
         MemoryUse m;
         m.weights = weights_.size;
+        const char* t = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, __half> ? "fp16" : "bf16";
+        m.weight_format = fp8_ ? std::string("fp8 e4m3 linear layers (fp32 scale per output channel), ") + t +
+                                     " embedding and norms"
+                               : std::string(t);
         m.kv_pool = kv_arena_.size;
         m.other = buffers_.size;
         return with_pool_use(m);
@@ -201,17 +232,18 @@ private:
         Arena& w = weights_;
         auto take = [&](Param p) { return w.take<T>(param_shape(c_, p).numel()); };
         embed_ = take(Param::Embed);
-        lm_head_ = has_lm_head(table_) ? take(Param::LmHead) : embed_;   // the tie rule: weights.h
+        if (fp8_ || has_lm_head(table_)) lm_head_ = take_weight(Param::LmHead);
+        else lm_head_ = Weight<T>{embed_, {}, (int)c_.vocab, (int)c_.hidden};   // the tie rule: weights.h
         final_norm_ = take(Param::FinalNorm);
         for (auto& L : layers_) {
-            L.wqkv = take(Param::Wqkv);
-            L.wo = take(Param::Wo);
+            L.wqkv = take_weight(Param::Wqkv);
+            L.wo = take_weight(Param::Wo);
             L.q_norm = take(Param::QNorm);
             L.k_norm = take(Param::KNorm);
             L.attn_norm = take(Param::AttnNorm);
             L.ff_norm = take(Param::FfNorm);
-            L.wgu = take(Param::Wgu);
-            L.wdown = take(Param::Wdown);
+            L.wgu = take_weight(Param::Wgu);
+            L.wdown = take_weight(Param::Wdown);
         }
         for (int l = 0; l < c_.n_layers; l++) {
             GpuLayer<T>& L = layers_[l];
@@ -230,6 +262,11 @@ private:
         o_ = b.take<float>(C * H);          // o_proj / MLP out  [C, H] fp32
         gu_ = b.take<float>(C * 2 * I);     // gate | up         [C, 2I] fp32
         a_ = b.take<T>(C * I);              // swiglu            [C, I]
+        if (fp8_) {                         // a GEMM's input in FP8, one scale per row
+            const size_t rows = std::max(chunk_, max_batch_), K = fp8_padded_cols((int)std::max({H, Q, I}));
+            x8_ = b.take<uint8_t>(rows * K);
+            x8_scale_ = b.take<float>(rows);
+        }
         logits_ = b.take<float>(max_batch_ * V);   // fp32 logits of each sequence's last token [B, V]
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
         meta_base_ = b.take<int>(meta_ints_);   // step metadata (StepMeta), filled by one copy
@@ -237,49 +274,141 @@ private:
         cublas_ws_ = b.take<char>(kCublasWorkspace);
     }
 
-    // The engine tensor a weight slot lands in, at the slot's row.
+    // A linear layer's weight: in T, or in FP8 with its padding (fp8.h).
+    Weight<T> take_weight(Param p) {
+        const ParamShape s = param_shape(c_, p);
+        Weight<T> W;
+        W.N = (int)s.rows, W.K = (int)s.cols;
+        if (!fp8_) {
+            W.w = weights_.take<T>(s.numel());
+            return W;
+        }
+        const int N16 = fp8_padded_rows(W.N), ld = fp8_padded_cols(W.K);
+        W.f8 = Fp8Matrix{weights_.take<uint8_t>((size_t)N16 * ld), weights_.take<float>(N16), W.N, W.K, ld};
+        return W;
+    }
+
+    static bool is_linear(Param p) {
+        return p == Param::Wqkv || p == Param::Wo || p == Param::Wgu || p == Param::Wdown || p == Param::LmHead;
+    }
+
+    // The engine tensor a weight slot lands in, at the slot's row (FP8 weights: see upload_fp8).
     T* slot_ptr(const WeightSlot& s) {
         GpuLayer<T>* L = s.layer >= 0 ? &layers_[s.layer] : nullptr;
         T* base = nullptr;
         switch (s.param) {
             case Param::Embed: base = embed_; break;
-            case Param::LmHead: base = lm_head_; break;
+            case Param::LmHead: base = lm_head_.w; break;
             case Param::FinalNorm: base = final_norm_; break;
-            case Param::Wqkv: base = L->wqkv; break;
-            case Param::Wo: base = L->wo; break;
+            case Param::Wqkv: base = L->wqkv.w; break;
+            case Param::Wo: base = L->wo.w; break;
             case Param::QNorm: base = L->q_norm; break;
             case Param::KNorm: base = L->k_norm; break;
             case Param::AttnNorm: base = L->attn_norm; break;
             case Param::FfNorm: base = L->ff_norm; break;
-            case Param::Wgu: base = L->wgu; break;
-            case Param::Wdown: base = L->wdown; break;
+            case Param::Wgu: base = L->wgu.w; break;
+            case Param::Wdown: base = L->wdown.w; break;
         }
         return base + s.offset();
     }
 
     void upload(const Checkpoint& ck, LoadProgress* progress) {
-        std::vector<void*> dst;
-        for (const WeightSlot& s : table_) dst.push_back(slot_ptr(s));
-        load_to_device(ck, table_, dst, device_dtype<T>(), progress);
+        if (fp8_) {
+            upload_fp8(ck, progress);
+        } else {
+            std::vector<void*> dst;
+            for (const WeightSlot& s : table_) dst.push_back(slot_ptr(s));
+            load_to_device(ck, table_, dst, device_dtype<T>(), progress);
+        }
         upload_rope();
+    }
+
+    // ---- FP8 weights ----
+    // The tensors that stay in T load straight into place. The linear weights pass through a
+    // staging buffer in T one group at a time (a layer's four matrices, or the output layer)
+    // and are quantized from there, so the model in T never has to fit on the GPU.
+
+    // The linear weights of group g (layer g, or the output layer for g = n_layers), in order.
+    std::vector<Weight<T>*> linear_group(int g) {
+        if (g == c_.n_layers) return {&lm_head_};
+        GpuLayer<T>& L = layers_[g];
+        return {&L.wqkv, &L.wo, &L.wgu, &L.wdown};
+    }
+    static int place_in_group(Param p) { return p == Param::Wo ? 1 : p == Param::Wgu ? 2 : p == Param::Wdown ? 3 : 0; }
+    size_t staging_bytes() const {
+        if (!fp8_) return 0;
+        const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim();
+        return sizeof(T) * std::max((Q + 2 * KV) * H + H * Q + 3 * I * H, (size_t)c_.vocab * H);
+    }
+    // Where each weight of group g starts in the staging buffer (back to back).
+    std::vector<T*> staging_places(T* staging, int g) {
+        std::vector<T*> at;
+        for (Weight<T>* W : linear_group(g)) at.push_back(staging), staging += (size_t)W->N * W->K;
+        return at;
+    }
+    void quantize_group(int g, const std::vector<T*>& from) {
+        const std::vector<Weight<T>*> ws = linear_group(g);
+        for (size_t i = 0; i < ws.size(); i++)
+            quantize_rows_fp8(ws[i]->f8.q, ws[i]->f8.scale, from[i], ws[i]->N, ws[i]->K, ws[i]->f8.ld, stream_);
+    }
+
+    void upload_fp8(const Checkpoint& ck, LoadProgress* progress) {
+        size_t total = 0;
+        for (const TensorView* v : checkpoint_views(ck, table_)) total += v->nbytes();   // every check first
+        if (progress) progress->start(total);
+        GpuLoadOptions part;
+        part.part_of_load = true;
+        DeviceBuffer<T> staging(staging_bytes() / sizeof(T));
+        std::vector<std::vector<WeightSlot>> groups(c_.n_layers + 1);   // slots of each staged group
+        std::vector<WeightSlot> direct;
+        std::vector<void*> direct_dst;
+        for (const WeightSlot& s : table_) {
+            if (!is_linear(s.param)) direct.push_back(s), direct_dst.push_back(slot_ptr(s));
+            else groups[s.param == Param::LmHead ? c_.n_layers : s.layer].push_back(s);
+        }
+        load_to_device(ck, direct, direct_dst, device_dtype<T>(), progress, part);
+        for (int g = 0; g <= c_.n_layers; g++) {
+            const std::vector<T*> at = staging_places(staging.p, g);
+            if (groups[g].empty()) {   // the output layer is the embedding (tied)
+                quantize_group(g, {embed_});
+                continue;
+            }
+            std::vector<void*> dst;
+            for (const WeightSlot& s : groups[g]) dst.push_back(at[place_in_group(s.param)] + s.offset());
+            load_to_device(ck, groups[g], dst, device_dtype<T>(), progress, part);
+            quantize_group(g, at);
+            cudaCheck(cudaStreamSynchronize(stream_));   // the staging buffer is reused by the next group
+        }
+        if (progress) progress->finish();
     }
 
     // Random weights for benchmarks: uniform with std ~0.02 for matrices, small norms.
     void randomize() {
-        const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim(), V = c_.vocab;
+        const size_t H = c_.hidden, Q = c_.q_dim(), KV = c_.kv_dim(), V = c_.vocab;
         uint64_t seed = 1;
         auto fill = [&](T* p, size_t n, float scale) {
             fill_random_kernel<<<1024, 256, 0, stream_>>>(p, n, seed++, scale);
             cudaCheckLaunch();
         };
+        DeviceBuffer<T> staging(staging_bytes() / sizeof(T));   // FP8: drawn in T, then quantized
+        auto fill_group = [&](int g) {
+            const std::vector<Weight<T>*> ws = linear_group(g);
+            std::vector<T*> at = staging_places(staging.p, g);
+            if (!fp8_)
+                for (size_t i = 0; i < ws.size(); i++) at[i] = ws[i]->w;
+            for (size_t i = 0; i < ws.size(); i++) fill(at[i], (size_t)ws[i]->N * ws[i]->K, 0.035f);
+            if (fp8_) {
+                quantize_group(g, at);
+                cudaCheck(cudaStreamSynchronize(stream_));   // the staging buffer is reused by the next group
+            }
+        };
         fill(embed_, V * H, 0.035f);
-        if (lm_head_ != embed_) fill(lm_head_, V * H, 0.035f);
+        if (has_lm_head(table_)) fill_group(c_.n_layers);
+        else if (fp8_) quantize_group(c_.n_layers, {embed_});
         fill(final_norm_, H, 0.1f);
-        for (auto& L : layers_) {
-            fill(L.wqkv, (Q + 2 * KV) * H, 0.035f);
-            fill(L.wo, H * Q, 0.035f);
-            fill(L.wgu, 2 * I * H, 0.035f);
-            fill(L.wdown, H * I, 0.035f);
+        for (int l = 0; l < c_.n_layers; l++) {
+            GpuLayer<T>& L = layers_[l];
+            fill_group(l);
             fill(L.q_norm, Q, 0.1f);
             fill(L.k_norm, KV, 0.1f);
             fill(L.attn_norm, H, 0.1f);
@@ -338,8 +467,22 @@ private:
         cudaCheck(cudaMemcpyAsync(meta_base_, h, sizeof(int) * used, cudaMemcpyHostToDevice, stream_));
     }
 
-    // y[rows, N] (fp32) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. In cuBLAS's column-major
-    // terms: yᵀ (N x rows) = W (op T of the K x N column-major view) · xᵀ (K x rows).
+    // y[rows, N] (fp32) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. FP8 weights: the small-batch
+    // kernel for a few rows (decode), else x quantized per row and cuBLASLt's FP8 GEMM.
+    void linear(float* y, const T* x, const Weight<T>& W, int rows) {
+        if (!W.f8.q) return gemm(y, x, W.w, rows, W.K, W.N);
+        if constexpr (std::is_same_v<T, float>) {
+            fail("FP8 weights need a 16-bit activation type");
+        } else if (rows <= kFp8GemvMaxRows) {
+            fp8_gemv(y, x, W.f8, rows, stream_);
+        } else {
+            quantize_rows_fp8(x8_, x8_scale_, x, rows, W.K, W.f8.ld, stream_);
+            fp8_gemm_->run(y, x8_, x8_scale_, W.f8, rows, stream_);
+        }
+    }
+
+    // The same in T with cuBLAS. In its column-major terms: yᵀ (N x rows) = W (op T of the
+    // K x N column-major view) · xᵀ (K x rows).
     void gemm(float* y, const T* x, const T* W, int rows, int K, int N) {
         const float one = 1.0f, zero = 0.0f;
         cublasCheck(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, K, &one, W, cuda_type<T>(), K, x,
@@ -445,7 +588,7 @@ private:
             GpuLayer<T>& L = layers_[l];
             const std::string name = "layers." + std::to_string(l) + ".";
             // --- attention half ---
-            gemm(qkv_, xn_, L.wqkv, n, H, QKV);                                  // [n, Q+2KV]
+            linear(qkv_, xn_, L.wqkv, n);                                        // [n, Q+2KV]
             if (olmo1 && c_.clip_qkv > 0) clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
             if (!olmo1) {                                                        // full-width QK-norm, in place
                 rmsnorm(qkv_, qkv_, L.q_norm, n, Q, QKV, QKV, eps, stream_);
@@ -468,15 +611,15 @@ private:
             if (prefill) attention_prefill(ap, stream_);
             else attention_decode(ap, attn_ws_, stream_);
             emit(name + "attn", att_, n, Q, Q);
-            gemm(o_, att_, L.wo, n, Q, H);                                       // [n, H]
+            linear(o_, att_, L.wo, n);                                           // [n, H]
             emit(name + "o_proj", o_, n, H, H);
             if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_);          // x += o; xn = LN(x)
             else add_rmsnorm(x_, o_, L.attn_norm, xn_, n, H, eps, stream_);      // x += RMSNorm(o); xn = x
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
-            gemm(gu_, xn_, L.wgu, n, H, 2 * I);                                  // [n, 2I]
+            linear(gu_, xn_, L.wgu, n);                                          // [n, 2I]
             swiglu(a_, gu_, n, I, stream_);                                      // [n, I]
-            gemm(o_, a_, L.wdown, n, I, H);                                      // [n, H]
+            linear(o_, a_, L.wdown, n);                                          // [n, H]
             emit(name + "mlp", o_, n, H, H);
             if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_);          // also the next layer's LN
             else add_rmsnorm(x_, o_, L.ff_norm, xn_, n, H, eps, stream_);
@@ -491,25 +634,30 @@ private:
         if (hook) {   // every position's logits, in a temporary buffer (tests only, never in a graph)
             float* all = nullptr;
             cudaCheck(cudaMalloc(&all, sizeof(float) * rows * c_.vocab));
-            gemm(all, xn_ + (size_t)first * H, lm_head_, rows, H, c_.vocab);   // [rows, V] fp32
+            linear(all, xn_ + (size_t)first * H, lm_head_, rows);             // [rows, V] fp32
             emit("logits", all, rows, c_.vocab, c_.vocab);
             cudaCheck(cudaFree(all));
         }
         const int out_rows = prefill ? 1 : batch;
-        gemm(logits_, xn_ + (size_t)(n - out_rows) * H, lm_head_, out_rows, H, c_.vocab);   // [out_rows, V] fp32
+        linear(logits_, xn_ + (size_t)(n - out_rows) * H, lm_head_, out_rows);   // [out_rows, V] fp32
     }
 
     ModelConfig c_;
     int max_batch_, chunk_ = 0, stride_ = 0;
+    bool fp8_;
+    std::unique_ptr<Fp8Gemm> fp8_gemm_;   // FP8 only
     std::vector<WeightSlot> table_;   // the checkpoint tensors and where they land (weights.h)
     size_t meta_ints_ = 0;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     Arena weights_, buffers_, kv_arena_;
     std::vector<GpuLayer<T>> layers_;
-    T *embed_ = nullptr, *lm_head_ = nullptr, *final_norm_ = nullptr;
+    T *embed_ = nullptr, *final_norm_ = nullptr;
+    Weight<T> lm_head_;                   // [V, H]: the embedding itself when tied (T only)
     float *x_, *qkv_, *o_, *gu_;
     T *xn_, *q_, *att_, *a_;
+    uint8_t* x8_ = nullptr;               // FP8 GEMM input [max(chunk, batch), ld] E4M3
+    float* x8_scale_ = nullptr;           // its scale per row
     float* logits_;
     int* next_ids_;
     int* meta_base_;
@@ -545,11 +693,21 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint*
     if (!cuda_available()) fail("no CUDA device available");
     if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
     switch (dt) {
-        case DeviceDType::F32: return std::make_unique<CudaEngine<float>>(c, ck, max_seq, kv_blocks, max_batch, progress);
-        case DeviceDType::F16: return std::make_unique<CudaEngine<__half>>(c, ck, max_seq, kv_blocks, max_batch, progress);
+        case DeviceDType::F32:
+            return std::make_unique<CudaEngine<float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
+        case DeviceDType::F16:
+            return std::make_unique<CudaEngine<__half>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
+        case DeviceDType::FP8: {
+            cudaDeviceProp p;
+            cudaCheck(cudaGetDeviceProperties(&p, 0));
+            if (p.major * 10 + p.minor < 89)
+                fail("--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or newer); this GPU is " +
+                     std::to_string(p.major) + "." + std::to_string(p.minor));
+            return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, true, progress);
+        }
         case DeviceDType::BF16: break;
     }
-    return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, progress);
+    return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
 }
 
 }  // namespace olmo

@@ -34,6 +34,7 @@ using ActivationHook = std::function<void(const std::string& name, const float* 
 // Where an engine's memory goes and how full its KV pool is (--stats).
 struct MemoryUse {
     size_t weights = 0, kv_pool = 0, other = 0;   // bytes
+    std::string weight_format;                     // how the weights are stored, in words
     int blocks_total = 0, blocks_free = 0, blocks_peak_used = 0, block_size = 0;
 };
 
@@ -121,7 +122,8 @@ private:
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks = 0,
                                         LoadProgress* progress = nullptr);
 
-enum class DeviceDType { BF16, F16, F32 };
+// FP8: bf16 activations and KV cache, the linear layers' weights in FP8 E4M3 (fp8.h).
+enum class DeviceDType { BF16, F16, F32, FP8 };
 bool cuda_available();   // false when built without CUDA or no GPU is present
 // Why the CUDA engine cannot run this model's shape (e.g. its head size), or "" when it can.
 std::string cuda_unsupported_reason(const ModelConfig& c);

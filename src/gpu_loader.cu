@@ -69,6 +69,7 @@ void convert_chunk(void* dst, DeviceDType d, const void* src, DType s, int64_t n
         case DeviceDType::F32: return convert_from(static_cast<float*>(dst), src, s, n, stream);
         case DeviceDType::F16: return convert_from(static_cast<__half*>(dst), src, s, n, stream);
         case DeviceDType::BF16: return convert_from(static_cast<__nv_bfloat16*>(dst), src, s, n, stream);
+        case DeviceDType::FP8: break;   // refused by load_to_device
     }
 }
 
@@ -276,6 +277,7 @@ struct JoinAll {
 void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<void*>& dst,
                     DeviceDType dt, LoadProgress* progress, const GpuLoadOptions& opt) {
     if (dst.size() != table.size()) fail("load_to_device: one destination per weight slot");
+    if (dt == DeviceDType::FP8) fail("load_to_device: FP8 weights are loaded in bf16 and quantized by the engine");
     const std::vector<const TensorView*> views = checkpoint_views(ck, table);   // every check first
     const size_t size = std::max<size_t>(opt.staging_bytes / 16 * 16, 16);
     const int buffers = std::max(opt.buffers_per_thread, 1);
@@ -283,7 +285,7 @@ void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, 
     const std::vector<Chunk> chunks = make_chunks(views, dst, dt, size, files);
     size_t total = 0;
     for (const TensorView* v : views) total += v->nbytes();
-    if (progress) progress->start(total);
+    if (progress && !opt.part_of_load) progress->start(total);
 
     const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
     const int threads = (int)std::max<size_t>(1, std::min<size_t>(opt.threads > 0 ? opt.threads : std::min(8, cores),
@@ -312,7 +314,7 @@ void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, 
     }
     if (sh.error) std::rethrow_exception(sh.error);
     check_finite(table, views, dst, dt);
-    if (progress) progress->finish();
+    if (progress && !opt.part_of_load) progress->finish();
 }
 
 }  // namespace olmo

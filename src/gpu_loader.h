@@ -28,6 +28,7 @@ struct GpuLoadOptions {
     int threads = 0;                      // worker threads; 0 = min(8, cores)
     size_t staging_bytes = 16 << 20;      // one pinned buffer = the largest chunk read at once
     int buffers_per_thread = 2;           // one is filled while the other is in flight
+    bool part_of_load = false;            // one of several calls: the caller starts and finishes progress
 };
 
 // dst[i]: device memory for table[i].numel() elements of dtype dt. Every tensor is checked

@@ -64,6 +64,18 @@ TEST_P(Golden, GpuBf16CloseToReference) {
                 e.worst_step);
 }
 
+// FP8 weights (bf16 activations) against the fp32 reference, printed next to bf16's above.
+// The bars come from the measurement in docs/fp8.md.
+TEST_P(Golden, GpuFp8CloseToReference) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU golden test skipped";
+    Fixture f(GetParam());
+    auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::FP8);
+    print_worst(GetParam() + " gpu fp8", check_prefill(*eng, f.golden, 2e-1));
+    DecodeErr e = check_decode(*eng, f.golden, 2e-1, 2.5e-1);
+    std::printf("%s gpu fp8 decode_logits rel-L2 %.2e, worst step %.2e\n", GetParam().c_str(), e.tensor,
+                e.worst_step);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(list_fixtures()),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Golden);

@@ -1,0 +1,182 @@
+// fp8.cuh: FP8 (E4M3) weights: per-row quantization, and the matrix product for a few tokens.
+// defines: quantize_rows_fp8, fp8_gemv, kFp8GemvMaxRows
+//
+// Storage (src/fp8.h has the format and the CPU reference): a weight W [N, K] becomes
+//     q [N16, ld] E4M3 and scale [N16] fp32,   W[n, k] ≈ scale[n] · q[n, k]
+// one scale per output channel (row), rows padded with zeros to N16 = N rounded up to 16 and
+// ld = K rounded up to 64, so the product below needs no bounds checks on q and every row
+// starts 64-byte aligned (cuBLASLt's FP8 GEMM wants 16). Why per channel: it is what cuBLASLt's
+// outer-vector scaling applies in the prefill GEMM (src/fp8_gemm.h), it costs 4 bytes per row,
+// and each output's error is bounded by its own row's range.
+//
+// quantize_rows_fp8: one block per row: amax = max |x| (a block reduction), then
+//     q = E4M3(x · 448/amax) with round-to-nearest-even and saturation (cvt.rn.satfinite).
+// The engine quantizes weights once at load, and the activations of a prefill per token.
+//
+// fp8_gemv, for rows ≤ 16 tokens (decode): y[r, n] = scale[n] · Σ_k x[r, k] · q[n, k].
+// Memory-bound: the weights are read once, 16 bytes per lane per load, and widened to 16 bits
+// in registers; the tensor cores then do the arithmetic (mma m16n8k16: 16 output channels
+// times 8 tokens, fp32 accumulators), so 16 tokens cost no more reading than one. A block owns
+// 16 output channels; its warps split K, walking 64-column chunks (warp w takes chunks w,
+// w + WARPS, ...) with several chunks' loads in flight, and add their partial sums through
+// shared memory at the end.
+//
+// Which column of the mma goes where: a dot product does not care about the order of its
+// terms, so instead of the mma's own column order the lanes take contiguous bytes. In a chunk,
+// lane (g = lane/4, t = lane%4) loads columns [16t, 16t + 16) of rows g and g+8, and mma step
+// s (0..3) uses columns 16t + 4s + {0, 1, 2, 3} as its columns {2t, 2t+1, 2t+8, 2t+9}. The
+// tokens' fragment gets the same permutation (lane g reads token g's 16 values at 16t), so A
+// and B still meet column for column.
+#pragma once
+#include <cuda_fp8.h>
+
+#include "cuda_common.cuh"
+#include "fp8.h"
+#include "tensor_core.cuh"
+
+namespace olmo {
+
+constexpr int kFp8GemvMaxRows = 16;
+
+// ---- quantization ----
+
+template <typename T>
+__global__ void quantize_rows_fp8_kernel(uint8_t* q, float* scale, const T* x, int K, int ld) {
+    const T* row = x + (int64_t)blockIdx.x * K;
+    uint8_t* out = q + (int64_t)blockIdx.x * ld;
+    float amax = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) amax = fmaxf(amax, fabsf(to_float(row[k])));
+    amax = block_reduce(amax, MaxOp{});
+    const float inv = amax < kFp8TinyRow ? 0.0f : kFp8Max / amax;   // fp8.h: fp8_row_inverse_scale
+    for (int k = threadIdx.x; k < ld; k += blockDim.x)
+        out[k] = k < K ? __nv_cvt_float_to_fp8(to_float(row[k]) * inv, __NV_SATFINITE, __NV_E4M3) : 0;
+    if (threadIdx.x == 0) scale[blockIdx.x] = amax < kFp8TinyRow ? 0.0f : amax / kFp8Max;
+}
+
+// q [rows, ld], scale [rows] <- x [rows, K] (T: any storage type).
+template <typename T>
+void quantize_rows_fp8(uint8_t* q, float* scale, const T* x, int rows, int K, int ld, cudaStream_t stream) {
+    if (rows == 0) return;
+    quantize_rows_fp8_kernel<<<rows, 256, 0, stream>>>(q, scale, x, K, ld);
+    cudaCheckLaunch();
+}
+
+// ---- the product for a few tokens ----
+
+namespace fp8 {
+
+// 16 bytes of weights that are read exactly once: not kept in L1.
+__device__ __forceinline__ uint4 load_streaming(const uint8_t* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// Byte pair p (0..7) of 16 weight bytes, as two 16-bit values of type T (exact: every E4M3
+// value is a half and a bfloat16).
+template <typename T>
+__device__ __forceinline__ uint32_t widen_pair(const uint4& w, int p) {
+    const uint32_t word = (&w.x)[p / 2];
+    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(word >> (p % 2 * 16)), __NV_E4M3));
+    if constexpr (std::is_same_v<T, __half>) {
+        return *reinterpret_cast<const uint32_t*>(&h);
+    } else {
+        const float2 f = __half22float2(h);
+        return attn::pack2<T>(f.x, f.y);
+    }
+}
+
+// Token `r`'s 16 values x[r, k .. k+16) as 8 pairs (zeros past K or for r >= rows).
+template <typename T>
+__device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r, int k, int rows, int K) {
+    if (r < rows && k + 16 <= K && K % 8 == 0) {
+        const uint4* p = reinterpret_cast<const uint4*>(x + (int64_t)r * K + k);
+        const uint4 a = p[0], b = p[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        return;
+    }
+    for (int i = 0; i < 8; i++) {
+        const int k0 = k + 2 * i;
+        const T* row = x + (int64_t)r * K;
+        const float lo = r < rows && k0 < K ? to_float(row[k0]) : 0.0f;
+        const float hi = r < rows && k0 + 1 < K ? to_float(row[k0 + 1]) : 0.0f;
+        v[i] = attn::pack2<T>(lo, hi);
+    }
+}
+
+}  // namespace fp8
+
+// GROUPS: tokens in groups of 8 (1 or 2); WARPS split K; U chunks per warp in flight.
+template <typename T, int GROUPS, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32)
+    fp8_gemv_kernel(float* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ q,
+                    const float* __restrict__ scale, int rows, int N, int K, int ld) {
+    constexpr int U = 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int n0 = blockIdx.x * 16, chunks = (K + 63) / 64;
+    const uint8_t* w_lo = q + (int64_t)(n0 + g) * ld + 16 * t;   // row n0+g, this lane's 16 bytes of chunk 0
+    const uint8_t* w_hi = w_lo + 8 * (int64_t)ld;                // row n0+g+8
+    float acc[GROUPS][4] = {};
+
+    for (int c0 = warp; c0 < chunks; c0 += WARPS * U) {
+        uint4 lo[U], hi[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * WARPS;
+            lo[u] = c < chunks ? fp8::load_streaming(w_lo + 64 * c) : make_uint4(0, 0, 0, 0);
+            hi[u] = c < chunks ? fp8::load_streaming(w_hi + 64 * c) : make_uint4(0, 0, 0, 0);
+        }
+        if (c0 == warp) grid_dependency_wait();   // weights are in flight; x comes from the kernel ahead
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = (c0 + u * WARPS) * 64 + 16 * t;
+#pragma unroll
+            for (int gr = 0; gr < GROUPS; gr++) {
+                uint32_t xv[8];
+                fp8::load_token16(xv, x, gr * 8 + g, k, rows, K);
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const uint32_t a[4] = {fp8::widen_pair<T>(lo[u], 2 * s), fp8::widen_pair<T>(hi[u], 2 * s),
+                                           fp8::widen_pair<T>(lo[u], 2 * s + 1), fp8::widen_pair<T>(hi[u], 2 * s + 1)};
+                    attn::mma_16x8x16<T>(acc[gr], a, xv[2 * s], xv[2 * s + 1]);
+                }
+            }
+        }
+    }
+
+    // Sum the warps' partial products; warp 0 scales and writes. acc[gr][i] is output channel
+    // n0 + g (+8 for i >= 2) of token 8gr + 2t + i%2.
+    __shared__ float part[WARPS][GROUPS * 4][32];
+#pragma unroll
+    for (int gr = 0; gr < GROUPS; gr++)
+        for (int i = 0; i < 4; i++) part[warp][gr * 4 + i][lane] = acc[gr][i];
+    __syncthreads();
+    allow_dependent_launch();
+    if (warp != 0) return;
+#pragma unroll
+    for (int gr = 0; gr < GROUPS; gr++)
+        for (int i = 0; i < 4; i++) {
+            float sum = 0.0f;
+            for (int w = 0; w < WARPS; w++) sum += part[w][gr * 4 + i][lane];
+            const int n = n0 + g + (i >= 2 ? 8 : 0), r = gr * 8 + 2 * t + i % 2;
+            if (n < N && r < rows) y[(int64_t)r * N + n] = sum * scale[n];
+        }
+}
+
+// y [rows, N] fp32 = x [rows, K] (T = __half or __nv_bfloat16) times W [N, K]ᵀ in FP8, for
+// 1 <= rows <= kFp8GemvMaxRows. Launched as a dependent launch: the weights start streaming
+// before the kernel ahead (which writes x) has finished.
+template <typename T>
+void fp8_gemv(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream) {
+    constexpr int WARPS = 8;
+    const dim3 grid(fp8_padded_rows(W.N) / 16), block(WARPS * 32);
+    if (rows <= 8)
+        launch_dependent(fp8_gemv_kernel<T, 1, WARPS>, grid, block, 0, stream, y, x, (const uint8_t*)W.q,
+                         (const float*)W.scale, rows, W.N, W.K, W.ld);
+    else
+        launch_dependent(fp8_gemv_kernel<T, 2, WARPS>, grid, block, 0, stream, y, x, (const uint8_t*)W.q,
+                         (const float*)W.scale, rows, W.N, W.K, W.ld);
+}
+
+}  // namespace olmo

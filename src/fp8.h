@@ -1,0 +1,73 @@
+// fp8.h: the E4M3 number format and per-row quantization, in plain C++ (the CPU reference of
+// kernels/fp8.cuh, which must agree with it bit for bit).
+//
+// E4M3 (OCP FP8, "e4m3fn"): 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits, no infinity.
+//   exponent field e = 1..15: (1 + m/8) * 2^(e-7)   largest finite 1.75 * 2^8 = 448 (0x7E)
+//   exponent field e = 0:     (m/8) * 2^-6           smallest 2^-9
+//   0x7F / 0xFF: NaN
+// Conversion from float rounds to nearest even and saturates: anything beyond ±448 becomes ±448
+// (the GPU's cvt.rn.satfinite).
+//
+// A row w[0..K) is stored as scale * q[k], q in E4M3:
+//   amax = max |w[k]|,  scale = amax / 448,  q[k] = E4M3(w[k] * (448 / amax))
+// so the row's largest element lands on 448 and each element keeps 3 significant bits (relative
+// error at most 2^-4 for normal values). A row with amax below kFp8TinyRow is stored as zeros
+// with scale 0 (448 / amax would overflow).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace olmo {
+
+constexpr float kFp8Max = 448.0f;
+constexpr float kFp8TinyRow = 1e-30f;
+
+inline uint8_t e4m3_from_float(float f) {
+    const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+    if (std::isnan(f)) return sign | 0x7F;
+    const float a = std::fabs(f);
+    if (a >= kFp8Max) return sign | 0x7E;                                 // saturate
+    if (a < 0x1p-6f) return sign | (uint8_t)std::nearbyint(a * 0x1p9f);  // subnormal; 8 -> 2^-6 (0x08)
+    int e;
+    const float mant = std::frexp(a, &e) * 2.0f - 1.0f;                   // a = (1 + mant) * 2^(e-1)
+    int q = (int)std::nearbyint(mant * 8.0f), ex = e - 1 + 7;
+    if (q == 8) q = 0, ex++;
+    const int bits = std::min(ex << 3 | q, 0x7E);
+    return sign | (uint8_t)bits;
+}
+
+inline float e4m3_to_float(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) v = NAN;
+    else if (e == 0) v = m * 0x1p-9f;
+    else v = (1.0f + m / 8.0f) * std::ldexp(1.0f, e - 7);
+    return (b & 0x80) ? -v : v;
+}
+
+// A weight matrix W [N, K] on the device in FP8 (kernels/fp8.cuh): W[n, k] ≈ scale[n] * q[n, k],
+// rows padded with zeros to N16 = N rounded up to 16, columns to ld = K rounded up to 64.
+struct Fp8Matrix {
+    uint8_t* q = nullptr;     // [N16, ld]  E4M3
+    float* scale = nullptr;   // [N16]
+    int N = 0, K = 0, ld = 0;
+};
+inline int fp8_padded_cols(int K) { return (K + 63) / 64 * 64; }
+inline int fp8_padded_rows(int N) { return (N + 15) / 16 * 16; }
+
+// The inverse scale a row is multiplied by before rounding (0 for a negligible row).
+inline float fp8_row_inverse_scale(float amax) { return amax < kFp8TinyRow ? 0.0f : kFp8Max / amax; }
+inline float fp8_row_scale(float amax) { return amax < kFp8TinyRow ? 0.0f : amax / kFp8Max; }
+
+// q[0..ld) and *scale for the row w[0..K); q[K..ld) = 0.
+template <typename F>
+void quantize_row_fp8(uint8_t* q, float* scale, const F* w, int K, int ld) {
+    float amax = 0.0f;
+    for (int k = 0; k < K; k++) amax = std::max(amax, std::fabs((float)w[k]));
+    const float inv = fp8_row_inverse_scale(amax);
+    for (int k = 0; k < ld; k++) q[k] = k < K ? e4m3_from_float((float)w[k] * inv) : 0;
+    *scale = fp8_row_scale(amax);
+}
+
+}  // namespace olmo

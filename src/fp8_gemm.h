@@ -1,0 +1,49 @@
+// fp8_gemm.h: the FP8 GEMM for many tokens (prefill, large batches), through cuBLASLt:
+//     y [rows, N] fp32 = (xs ⊙ x8) [rows, K] · (W.scale ⊙ W.q) [N, K]ᵀ
+// x8: the activations in E4M3 with one fp32 scale per token (row), quantized on the fly by
+// quantize_rows_fp8 (kernels/fp8.cuh); W: per-output-channel E4M3 weights (fp8.h). Both scale
+// vectors are applied by cuBLASLt itself ("outer vector" scaling: element (n, r) of the product
+// is multiplied by W.scale[n] · xs[r]), the tensor cores run at the FP8 rate and accumulate in
+// fp32. In cuBLASLt's column-major terms yᵀ [N, rows] = op(A) · B with A = W.q seen as a
+// [ld, N] matrix, transposed, and B = x8ᵀ [ld, rows]: the "TN" layout FP8 requires. The padded
+// columns K..ld are zeros in both, so the product runs over ld.
+//
+// A plan (descriptors and the algorithm cuBLASLt's heuristic picks) is made once per (rows,
+// N, K) and kept; each call then only points the descriptor at this matrix's scales.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <tuple>
+
+#include "fp8.h"
+
+namespace olmo {
+
+class Fp8Gemm {
+public:
+    // workspace: device memory cuBLASLt may use (shared with cuBLAS: same stream).
+    Fp8Gemm(void* workspace, size_t workspace_bytes);
+    ~Fp8Gemm();
+    Fp8Gemm(const Fp8Gemm&) = delete;
+    Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+    // x8 [rows, W.ld] E4M3 and xs [rows] on the device; y [rows, W.N] fp32.
+    void run(float* y, const uint8_t* x8, const float* xs, const Fp8Matrix& W, int rows, cudaStream_t stream);
+
+private:
+    struct Plan {
+        cublasLtMatmulDesc_t desc = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+        cublasLtMatmulAlgo_t algo;
+    };
+    Plan& plan(int rows, const Fp8Matrix& W);
+
+    cublasLtHandle_t lt_ = nullptr;
+    void* workspace_;
+    size_t workspace_bytes_;
+    std::map<std::tuple<int, int, int>, Plan> plans_;   // by (rows, N, ld)
+};
+
+}  // namespace olmo

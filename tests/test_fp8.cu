@@ -1,0 +1,230 @@
+// test_fp8.cu: FP8 weights (src/fp8.h, kernels/fp8.cuh, src/fp8_gemm.h) against their CPU
+// reference, and the FP8 engine against the fp32 one.
+//
+// - The E4M3 encoder of fp8.h against hand-worked values and against CUDA's own conversion
+//   (host side, no GPU needed) on every rounding case: ties, subnormals, saturation.
+// - quantize_rows_fp8 on the GPU equals quantize_row_fp8 bit for bit (codes and scales), with
+//   zero rows, tiny rows, huge values and odd widths.
+// - fp8_gemv (1..16 tokens) and the cuBLASLt FP8 GEMM (17+ tokens) against the CPU product of
+//   the same codes and scales (so only summation order differs; cuBLASLt's FP8 tensor cores
+//   accumulate with fewer bits, hence its looser bar), on K and N that are not multiples of the
+//   tiles, K = 1, and extreme weights: never a NaN.
+// - The engine in FP8 against the fp32 engine on a random checkpoint: prefill (both paths) and
+//   decode logits within a bar, greedy continuation mostly unchanged.
+#include <cuda_fp8.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "engine.h"
+#include "fp8.cuh"
+#include "fp8.h"
+#include "fp8_gemm.h"
+#include "kernel_test_util.cuh"
+#include "test_util.h"
+
+using namespace olmo;
+using namespace olmo::test;
+
+namespace {
+
+uint8_t cuda_e4m3(float f) { return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3); }
+
+TEST(Fp8Format, HandWorkedValues) {
+    struct Case {
+        float f;
+        uint8_t bits;
+    };
+    for (const Case& c : {Case{0.0f, 0x00}, Case{-0.0f, 0x80}, Case{1.0f, 0x38}, Case{-2.0f, 0xC0},
+                          Case{448.0f, 0x7E}, Case{1e9f, 0x7E}, Case{-1e9f, 0xFE}, Case{INFINITY, 0x7E},
+                          Case{0x1p-9f, 0x01}, Case{0x1p-10f, 0x00},   // half the smallest: ties to even (0)
+                          Case{3 * 0x1p-10f, 0x02},                    // 1.5 * 2^-9: ties to even (2)
+                          Case{1.0625f, 0x38},                         // 1 + 1/16: ties to even (1.0)
+                          Case{1.1875f, 0x3A},                         // 1 + 3/16: ties to even (1.25)
+                          Case{7.5f * 0x1p-9f, 0x08},                  // rounds up into the normals
+                          Case{440.0f, 0x7E}, Case{0.1f, 0x1D}}) {
+        EXPECT_EQ(e4m3_from_float(c.f), c.bits) << c.f;
+        EXPECT_EQ(cuda_e4m3(c.f), c.bits) << "CUDA's conversion, " << c.f;
+    }
+    EXPECT_TRUE(std::isnan(e4m3_to_float(0x7F)));
+    EXPECT_EQ(e4m3_to_float(0x7E), 448.0f);
+    EXPECT_EQ(e4m3_to_float(0x01), 0x1p-9f);
+}
+
+TEST(Fp8Format, EveryCodeRoundTripsAndMatchesCuda) {
+    for (int b = 0; b < 256; b++) {
+        if ((b & 0x7F) == 0x7F) continue;   // NaN
+        const float f = e4m3_to_float((uint8_t)b);
+        EXPECT_EQ(e4m3_from_float(f), b) << b;
+        const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
+        EXPECT_EQ(__half2float(__half(h)), f) << "CUDA decodes code " << b << " differently";
+    }
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> exponent(-14.0f, 10.0f), sign(-1.0f, 1.0f);
+    int differ = 0;
+    for (int i = 0; i < 200000; i++) {
+        const float f = std::copysign(std::exp2(exponent(rng)), sign(rng));
+        differ += e4m3_from_float(f) != cuda_e4m3(f);
+    }
+    EXPECT_EQ(differ, 0) << "of 200000 random floats, the reference encoder and CUDA's disagree";
+}
+
+// ---- the GPU kernels ----
+
+class Fp8 : public ::testing::Test {
+protected:
+    void SetUp() override { SKIP_WITHOUT_GPU(); }
+    std::mt19937 rng{20261124};
+};
+
+// W [N, K] on the device in FP8 (quantized there) and its CPU-side codes and scales.
+struct Fp8Weights {
+    Fp8Matrix m;
+    std::vector<uint8_t> q;
+    std::vector<float> scale;
+    DeviceArray<uint8_t> dq;
+    DeviceArray<float> ds;
+    Fp8Weights(int N, int K)
+        : dq((size_t)fp8_padded_rows(N) * fp8_padded_cols(K)), ds(fp8_padded_rows(N)) {
+        cudaCheck(cudaMemset(dq.get(), 0, (size_t)fp8_padded_rows(N) * fp8_padded_cols(K)));
+        cudaCheck(cudaMemset(ds.get(), 0, fp8_padded_rows(N) * sizeof(float)));
+        m = Fp8Matrix{dq.get(), ds.get(), N, K, fp8_padded_cols(K)};
+    }
+    // Quantizes w [N, K] (values of T) on the GPU and fetches the result.
+    template <typename T> void quantize(const std::vector<float>& w) {
+        DeviceArray<T> d(to_dtype<T>(w));
+        quantize_rows_fp8(m.q, m.scale, d.get(), m.N, m.K, m.ld, 0);
+        q = dq.download();
+        scale = ds.download();
+    }
+    float at(int n, int k) const { return scale[n] * e4m3_to_float(q[(size_t)n * m.ld + k]); }
+};
+
+// Rows that stress the quantizer: random, zeros, a tiny row (stored as zeros), one huge
+// value among small ones, values at and beyond the E4M3 range.
+std::vector<float> awkward_rows(int N, int K, std::mt19937& rng) {
+    std::vector<float> w = randn((size_t)N * K, rng, 0.0f, 0.05f);
+    for (int n = 0; n < N; n++) {
+        float* row = &w[(size_t)n * K];
+        if (n % 7 == 1) std::fill(row, row + K, 0.0f);
+        if (n % 7 == 2) for (int k = 0; k < K; k++) row[k] = 1e-32f * (k % 3);
+        if (n % 7 == 3) row[K / 2] = 3e4f;
+        if (n % 7 == 4) for (int k = 0; k < K; k++) row[k] *= 1e4f;
+    }
+    return w;
+}
+
+TEST_F(Fp8, QuantizeMatchesReferenceBitForBit) {
+    for (auto [N, K] : {std::pair{1, 1}, {9, 63}, {17, 64}, {23, 100}, {5, 4104}}) {
+        const std::vector<float> w = rounded<__nv_bfloat16>(awkward_rows(N, K, rng));
+        Fp8Weights W(N, K);
+        W.quantize<__nv_bfloat16>(w);
+        int bad_q = 0, bad_s = 0;
+        std::vector<uint8_t> q(W.m.ld);
+        for (int n = 0; n < N; n++) {
+            float s;
+            quantize_row_fp8(q.data(), &s, &w[(size_t)n * K], K, W.m.ld);
+            bad_s += std::memcmp(&s, &W.scale[n], 4) != 0;
+            for (int k = 0; k < W.m.ld; k++) bad_q += q[k] != W.q[(size_t)n * W.m.ld + k];
+        }
+        EXPECT_EQ(bad_q, 0) << N << "x" << K << ": codes that differ from the CPU reference";
+        EXPECT_EQ(bad_s, 0) << N << "x" << K << ": scales that differ";
+        double err2 = 0, ref2 = 0;   // quantization error of the ordinary rows: 3 mantissa bits
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < K && n % 7 == 0; k++) {
+                const double d = W.at(n, k) - w[(size_t)n * K + k];
+                err2 += d * d, ref2 += (double)w[(size_t)n * K + k] * w[(size_t)n * K + k];
+            }
+        if (ref2 > 0) EXPECT_LE(std::sqrt(err2 / ref2), 0.04) << N << "x" << K;
+    }
+}
+
+// y [rows, N] = x [rows, K] · dequantized Wᵀ, in double.
+std::vector<float> product_ref(const std::vector<float>& x, const Fp8Weights& W, int rows) {
+    std::vector<float> y((size_t)rows * W.m.N);
+    for (int r = 0; r < rows; r++)
+        for (int n = 0; n < W.m.N; n++) {
+            double s = 0;
+            for (int k = 0; k < W.m.K; k++) s += (double)x[(size_t)r * W.m.K + k] * e4m3_to_float(W.q[(size_t)n * W.m.ld + k]);
+            y[(size_t)r * W.m.N + n] = (float)(s * W.scale[n]);
+        }
+    return y;
+}
+
+template <typename T> void check_gemv(std::mt19937& rng) {
+    for (auto [N, K] : {std::pair{1, 1}, {16, 64}, {17, 7}, {45, 65}, {100, 1000}, {40, 4096}})
+        for (int rows : {1, 2, 7, 8, 9, 16}) {
+            Fp8Weights W(N, K);
+            W.quantize<T>(rounded<T>(awkward_rows(N, K, rng)));
+            const std::vector<float> x = rounded<T>(randn((size_t)rows * K, rng));
+            DeviceArray<T> dx(to_dtype<T>(x));
+            DeviceArray<float> dy((size_t)rows * N);
+            fp8_gemv(dy.get(), dx.get(), W.m, rows, 0);
+            expect_close(dy.download(), product_ref(x, W, rows), {1e-5, 1e-5},
+                         fmt("fp8_gemv %s N=%d K=%d rows=%d", dtype_name<T>(), N, K, rows));
+        }
+}
+TEST_F(Fp8, GemvMatchesReferenceBf16) { check_gemv<__nv_bfloat16>(rng); }
+TEST_F(Fp8, GemvMatchesReferenceFp16) { check_gemv<__half>(rng); }
+
+// The prefill path: x quantized per row (checked against the reference too), then cuBLASLt.
+TEST_F(Fp8, CublasLtGemmMatchesReference) {
+    void* ws = nullptr;
+    cudaCheck(cudaMalloc(&ws, 32 << 20));
+    {
+        Fp8Gemm gemm(ws, 32 << 20);
+        for (auto [N, K] : {std::pair{16, 64}, {100, 1000}, {259, 72}, {1000, 4096}})
+            for (int rows : {17, 33, 100}) {
+                Fp8Weights W(N, K), X(rows, K);
+                W.quantize<__nv_bfloat16>(awkward_rows(N, K, rng));
+                X.quantize<__nv_bfloat16>(rounded<__nv_bfloat16>(randn((size_t)rows * K, rng, 0.0f, 3.0f)));
+                std::vector<float> xd((size_t)rows * K);   // the activations as the GEMM sees them
+                for (int r = 0; r < rows; r++)
+                    for (int k = 0; k < K; k++) xd[(size_t)r * K + k] = X.at(r, k);
+                DeviceArray<float> dy((size_t)rows * N);
+                gemm.run(dy.get(), X.m.q, X.m.scale, W.m, rows, 0);
+                expect_close(dy.download(), product_ref(xd, W, rows), {2e-3, 4e-3},
+                             fmt("cuBLASLt fp8 N=%d K=%d rows=%d", N, K, rows));
+            }
+    }
+    cudaCheck(cudaFree(ws));
+}
+
+// ---- the engine ----
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+    double e = 0, r = 0;
+    for (size_t i = 0; i < ref.size(); i++) e += (got[i] - ref[i]) * (got[i] - ref[i]), r += ref[i] * ref[i];
+    return std::sqrt(e / r);
+}
+
+TEST_F(Fp8, EngineCloseToFp32) {
+    const std::string dir = temp_dir();
+    json cfg = tiny_olmo2_config();   // head size 64 (the GPU's), widths that need FP8 padding
+    cfg["hidden_size"] = 128, cfg["num_attention_heads"] = 2, cfg["num_key_value_heads"] = 1;
+    cfg["intermediate_size"] = 200, cfg["vocab_size"] = 1007, cfg["max_position_embeddings"] = 128;
+    write_random_checkpoint(dir, cfg, 3);
+    const ModelConfig c = load_config(dir);
+    const Checkpoint ck(dir);
+    std::vector<int> prompt(40);
+    for (size_t i = 0; i < prompt.size(); i++) prompt[i] = (int)(i * 37 + 11) % c.vocab;
+    auto ref = make_cpu_engine(c, ck, 64);
+    auto f8 = make_cuda_engine(c, &ck, 64, DeviceDType::FP8);
+    for (int len : {5, 40}) {   // 5 tokens: the small-batch kernel; 40: cuBLASLt
+        ref->reset(), f8->reset();
+        const std::vector<int> p(prompt.begin(), prompt.begin() + len);
+        const double e = rel_l2(f8->forward(p), ref->forward(p));
+        std::printf("  fp8 prefill of %d tokens: logits rel-L2 %.2e against fp32\n", len, e);
+        EXPECT_LE(e, 0.1);
+        for (int step = 0; step < 4; step++) {
+            const int id = (len * 7 + step) % c.vocab;
+            const double d = rel_l2(f8->forward({id}), ref->forward({id}));
+            std::printf("  fp8 decode step %d: logits rel-L2 %.2e\n", step, d);
+            EXPECT_LE(d, 0.1);
+        }
+    }
+    EXPECT_NE(f8->memory().weight_format.find("fp8"), std::string::npos);
+    EXPECT_LT(f8->memory().weights, make_cuda_engine(c, &ck, 64, DeviceDType::BF16)->memory().weights);
+}
+
+}  // namespace
