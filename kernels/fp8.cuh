@@ -1,5 +1,5 @@
 // fp8.cuh: FP8 (E4M3) weights: per-row quantization, and the matrix product for a few tokens.
-// defines: quantize_rows_fp8, fp8_gemv, kFp8GemvMaxRows
+// defines: quantize_rows_fp8, scale_rows_cols, fp8_gemv, kFp8GemvMaxRows
 //
 // Storage (src/fp8.h has the format and the CPU reference): a weight W [N, K] becomes
 //     q [N16, ld] E4M3 and scale [N16] fp32,   W[n, k] ≈ scale[n] · q[n, k]
@@ -12,6 +12,7 @@
 // quantize_rows_fp8: one block per row: amax = max |x| (a block reduction), then
 //     q = E4M3(x · 448/amax) with round-to-nearest-even and saturation (cvt.rn.satfinite).
 // The engine quantizes weights once at load, and the activations of a prefill per token.
+// scale_rows_cols: y[r, n] *= xs[r] · ws[n], the scales of such a product (src/fp8_gemm.h).
 //
 // fp8_gemv, for rows ≤ 16 tokens (decode): y[r, n] = scale[n] · Σ_k x[r, k] · q[n, k].
 // Memory-bound: the weights are read once, 16 bytes per lane per load, and widened to 16 bits
@@ -31,6 +32,7 @@
 #include <cuda_fp8.h>
 
 #include "cuda_common.cuh"
+#include "elementwise.cuh"
 #include "fp8.h"
 #include "tensor_core.cuh"
 
@@ -58,6 +60,28 @@ template <typename T>
 void quantize_rows_fp8(uint8_t* q, float* scale, const T* x, int rows, int K, int ld, cudaStream_t stream) {
     if (rows == 0) return;
     quantize_rows_fp8_kernel<<<rows, 256, 0, stream>>>(q, scale, x, K, ld);
+    cudaCheckLaunch();
+}
+
+template <int N>
+__global__ void scale_rows_cols_kernel(float* y, const float* xs, const float* ws, int64_t rows, int cols) {
+    const int64_t packs = rows * (cols / N);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < packs; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / (cols / N);
+        const int c = (int)(i % (cols / N)) * N;
+        Pack<float, N> p = reinterpret_cast<Pack<float, N>*>(y)[i];
+        for (int j = 0; j < N; j++) p.v[j] *= xs[r] * ws[c + j];
+        reinterpret_cast<Pack<float, N>*>(y)[i] = p;
+    }
+}
+
+// y [rows, cols] fp32, xs [rows], ws [cols].
+inline void scale_rows_cols(float* y, const float* xs, const float* ws, int rows, int cols, cudaStream_t stream) {
+    const int64_t n = (int64_t)rows * cols;
+    if (n == 0) return;
+    const int blocks = grid_blocks(n / 4 + 1, 256);
+    if (cols % 4 == 0 && aligned16(y)) scale_rows_cols_kernel<4><<<blocks, 256, 0, stream>>>(y, xs, ws, rows, cols);
+    else scale_rows_cols_kernel<1><<<blocks, 256, 0, stream>>>(y, xs, ws, rows, cols);
     cudaCheckLaunch();
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda_common.cuh"
+#include "fp8.cuh"
 
 namespace olmo {
 
@@ -37,8 +38,6 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int rows, const Fp8Matrix& W) {
     cublasCheck(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
     set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-    set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
-    set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
     cublasCheck(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, W.ld, W.N, W.ld));   // W.q as [ld, N]
     cublasCheck(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, W.ld, rows, W.ld));  // x8 as [ld, rows]
     cublasCheck(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, W.N, rows, W.N));        // y as [N, rows]
@@ -59,11 +58,10 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int rows, const Fp8Matrix& W) {
 
 void Fp8Gemm::run(float* y, const uint8_t* x8, const float* xs, const Fp8Matrix& W, int rows, cudaStream_t stream) {
     Plan& p = plan(rows, W);
-    set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, (const void*)W.scale);
-    set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, (const void*)xs);
     const float one = 1.0f, zero = 0.0f;
     cublasCheck(cublasLtMatmul(lt_, p.desc, &one, W.q, p.a, x8, p.b, &zero, y, p.d, y, p.d, &p.algo, workspace_,
                                workspace_bytes_, stream));
+    scale_rows_cols(y, xs, W.scale, rows, W.N, stream);
 }
 
 }  // namespace olmo

@@ -1,10 +1,12 @@
 // fp8_gemm.h: the FP8 GEMM for many tokens (prefill, large batches), through cuBLASLt:
 //     y [rows, N] fp32 = (xs ⊙ x8) [rows, K] · (W.scale ⊙ W.q) [N, K]ᵀ
 // x8: the activations in E4M3 with one fp32 scale per token (row), quantized on the fly by
-// quantize_rows_fp8 (kernels/fp8.cuh); W: per-output-channel E4M3 weights (fp8.h). Both scale
-// vectors are applied by cuBLASLt itself ("outer vector" scaling: element (n, r) of the product
-// is multiplied by W.scale[n] · xs[r]), the tensor cores run at the FP8 rate and accumulate in
-// fp32. In cuBLASLt's column-major terms yᵀ [N, rows] = op(A) · B with A = W.q seen as a
+// quantize_rows_fp8 (kernels/fp8.cuh); W: per-output-channel E4M3 weights (fp8.h). cuBLASLt
+// multiplies the codes on the tensor cores at the FP8 rate with fp32 accumulation; the two
+// scale vectors are then applied by scale_rows_cols (kernels/fp8.cuh), one pass over y.
+// (cuBLASLt's own "outer vector" scaling would fold that pass into the GEMM, but on sm_90 it
+// offers no algorithm for it: measured with cuBLAS 13 on the H200, docs/fp8.md.)
+// In cuBLASLt's column-major terms yᵀ [N, rows] = op(A) · B with A = W.q seen as a
 // [ld, N] matrix, transposed, and B = x8ᵀ [ld, rows]: the "TN" layout FP8 requires. The padded
 // columns K..ld are zeros in both, so the product runs over ld.
 //
