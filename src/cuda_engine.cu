@@ -468,13 +468,15 @@ private:
     }
 
     // y[rows, N] (fp32) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. FP8 weights: the small-batch
-    // kernel for a few rows (decode), else x quantized per row and cuBLASLt's FP8 GEMM.
+    // kernel for a few rows (decode), else x quantized per row and cuBLASLt's FP8 GEMM (or, for
+    // a width cuBLASLt refuses, the small-batch kernel 16 rows at a time).
     void linear(float* y, const T* x, const Weight<T>& W, int rows) {
         if (!W.f8.q) return gemm(y, x, W.w, rows, W.K, W.N);
         if constexpr (std::is_same_v<T, float>) {
             fail("FP8 weights need a 16-bit activation type");
-        } else if (rows <= kFp8GemvMaxRows) {
-            fp8_gemv(y, x, W.f8, rows, stream_);
+        } else if (rows <= kFp8GemvMaxRows || !Fp8Gemm::supports(W.f8)) {
+            for (int r = 0; r < rows; r += kFp8GemvMaxRows)
+                fp8_gemv(y + (size_t)r * W.N, x + (size_t)r * W.K, W.f8, std::min(kFp8GemvMaxRows, rows - r), stream_);
         } else {
             quantize_rows_fp8(x8_, x8_scale_, x, rows, W.K, W.f8.ld, stream_);
             fp8_gemm_->run(y, x8_, x8_scale_, W.f8, rows, stream_);

@@ -31,6 +31,9 @@ public:
     Fp8Gemm(const Fp8Gemm&) = delete;
     Fp8Gemm& operator=(const Fp8Gemm&) = delete;
 
+    // Whether cuBLASLt runs W: on sm_90 its FP8 GEMMs want the output width a multiple of 16
+    // (the layer widths of real checkpoints are; a test's odd vocabulary may not be).
+    static bool supports(const Fp8Matrix& W) { return W.N % 16 == 0; }
     // x8 [rows, W.ld] E4M3 and xs [rows] on the device; y [rows, W.N] fp32.
     void run(float* y, const uint8_t* x8, const float* xs, const Fp8Matrix& W, int rows, cudaStream_t stream);
 

@@ -1,0 +1,97 @@
+// bench_fp8.cu: the FP8 small-batch product (kernels/fp8.cuh) on the OLMo-2-7B layer shapes,
+// against the bandwidth roofline and cuBLAS's bf16 GEMM of the same shape in the same run.
+//   For each (N, K) and rows = 1, 2, 4, 8, 16: fp8_gemv time, the weight bytes it streams
+//   (N16 · ld) over that time, and cuBLAS bf16 (cublasGemmEx, fp32 output) on the bf16 weights:
+//   time and bytes/time. "copy" is cudaMemcpy device to device of the FP8 bytes: read + write,
+//   counted once, so its figure is half the traffic it makes; the roofline we quote is 4.25 TB/s.
+// Weights rotate through several copies larger than the L2 together, so reads come from HBM.
+// Each figure is the median of 50 launches timed with CUDA events.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "fp8.cuh"
+#include "sampler.h"
+
+using namespace olmo;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+__global__ void fill(bf16* x, size_t n, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16_rn(((splitmix64(seed * kGolden64 + i) >> 40) * (1.0f / 16777216.0f) - 0.5f) * 0.1f);
+}
+
+template <typename F> float median_ms(F f) {
+    cudaEvent_t a, b;
+    cudaCheck(cudaEventCreate(&a));
+    cudaCheck(cudaEventCreate(&b));
+    std::vector<float> t;
+    for (int i = 0; i < 55; i++) {
+        cudaCheck(cudaEventRecord(a));
+        f(i);
+        cudaCheck(cudaEventRecord(b));
+        cudaCheck(cudaEventSynchronize(b));
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, a, b));
+        if (i >= 5) t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+    struct Shape { const char* name; int N, K; };
+    const Shape shapes[] = {{"q|k|v", 12288, 4096}, {"o", 4096, 4096}, {"gate|up", 22016, 4096},
+                            {"down", 4096, 11008}, {"lm head", 100352, 4096}};
+    cublasHandle_t h;
+    cublasCheck(cublasCreate(&h));
+    std::printf("%-8s %6s %6s %4s | %9s %8s | %9s %8s | %8s\n", "matrix", "N", "K", "rows", "fp8 us", "GB/s",
+                "bf16 us", "GB/s", "speedup");
+    for (const Shape& s : shapes) {
+        const int copies = std::max<int>(2, (int)(200e6 / ((double)s.N * s.K)) + 1);   // > 2x the L2 in FP8
+        std::vector<Fp8Matrix> w(copies);
+        std::vector<bf16*> wb(copies);
+        bf16* x;
+        float* y;
+        cudaCheck(cudaMalloc(&x, 16 * (size_t)s.K * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&y, 16 * (size_t)s.N * sizeof(float)));
+        fill<<<1024, 256>>>(x, 16 * (size_t)s.K, 99);
+        for (int c = 0; c < copies; c++) {
+            const int ld = fp8_padded_cols(s.K), N16 = fp8_padded_rows(s.N);
+            cudaCheck(cudaMalloc(&wb[c], (size_t)s.N * s.K * sizeof(bf16)));
+            fill<<<1024, 256>>>(wb[c], (size_t)s.N * s.K, c + 1);
+            w[c] = Fp8Matrix{nullptr, nullptr, s.N, s.K, ld};
+            cudaCheck(cudaMalloc(&w[c].q, (size_t)N16 * ld));
+            cudaCheck(cudaMalloc(&w[c].scale, N16 * sizeof(float)));
+            cudaCheck(cudaMemset(w[c].q, 0, (size_t)N16 * ld));
+            quantize_rows_fp8(w[c].q, w[c].scale, wb[c], s.N, s.K, ld, 0);
+        }
+        cudaCheck(cudaDeviceSynchronize());
+        const double fp8_bytes = (double)fp8_padded_rows(s.N) * fp8_padded_cols(s.K), bf16_bytes = 2.0 * s.N * s.K;
+        for (int rows : {1, 2, 4, 8, 16}) {
+            const float t8 = median_ms([&](int i) { fp8_gemv(y, x, w[i % copies], rows, 0); });
+            const float one = 1.0f, zero = 0.0f;
+            const float tb = median_ms([&](int i) {
+                cublasCheck(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.N, rows, s.K, &one, wb[i % copies], CUDA_R_16BF,
+                                         s.K, x, CUDA_R_16BF, s.K, &zero, y, CUDA_R_32F, s.N, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
+            });
+            std::printf("%-8s %6d %6d %4d | %9.1f %8.0f | %9.1f %8.0f | %7.2fx\n", s.name, s.N, s.K, rows, t8 * 1e3,
+                        fp8_bytes / t8 / 1e6, tb * 1e3, bf16_bytes / tb / 1e6, tb / t8);
+        }
+        const float tc = median_ms([&](int i) {
+            cudaCheck(cudaMemcpyAsync(w[(i + 1) % copies].q, w[i % copies].q, (size_t)fp8_bytes, cudaMemcpyDeviceToDevice));
+        });
+        std::printf("%-8s copy of the FP8 bytes: %.1f us, %.0f GB/s (read + write: %.0f GB/s of traffic)\n", s.name,
+                    tc * 1e3, fp8_bytes / tc / 1e6, 2 * fp8_bytes / tc / 1e6);
+        for (int c = 0; c < copies; c++) cudaFree(wb[c]), cudaFree(w[c].q), cudaFree(w[c].scale);
+        cudaFree(x), cudaFree(y);
+    }
+    cublasDestroy(h);
+}
