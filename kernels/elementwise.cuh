@@ -10,7 +10,8 @@
 //
 // Each thread moves a Pack of N elements: N = kVec<T> (16 bytes of T; an fp32 input pack is
 // N floats) when the row length and every pointer allow aligned accesses, else N = 1. Math in
-// fp32, one rounding per output.
+// fp32, one rounding per output. swiglu lets the kernel behind it launch at once, as the norms
+// do (norm.cuh says why).
 #pragma once
 #include <algorithm>
 
@@ -52,6 +53,7 @@ void embedding(T* out, const T* table, const int* ids, int rows, int H, cudaStre
 
 template <typename T, typename X, int N>
 __global__ void swiglu_kernel(T* out, const X* gu, int rows, int I) {
+    allow_dependent_launch();   // see the file comment
     using P = Pack<X, N>;
     const int packs_per_row = I / N;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < (int64_t)rows * packs_per_row;

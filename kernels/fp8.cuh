@@ -131,30 +131,31 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 
 }  // namespace fp8
 
-// GROUPS: tokens in groups of 8 (1 or 2); WARPS split K; U chunks per warp in flight.
-template <typename T, int GROUPS, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32)
+// GROUPS: tokens in groups of 8 (1 or 2). The block's warps (blockDim.x / 32, up to 16) split
+// K; each keeps U chunks of loads in flight. At most 64 registers, so 32 warps fit on an SM.
+template <typename T, int GROUPS>
+__global__ void __launch_bounds__(512, 2)
     fp8_gemv_kernel(float* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ q,
                     const float* __restrict__ scale, int rows, int N, int K, int ld) {
     constexpr int U = 4;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int n0 = blockIdx.x * 16, chunks = (K + 63) / 64;
     const uint8_t* w_lo = q + (int64_t)(n0 + g) * ld + 16 * t;   // row n0+g, this lane's 16 bytes of chunk 0
     const uint8_t* w_hi = w_lo + 8 * (int64_t)ld;                // row n0+g+8
     float acc[GROUPS][4] = {};
 
-    for (int c0 = warp; c0 < chunks; c0 += WARPS * U) {
+    for (int c0 = warp; c0 < chunks; c0 += warps * U) {
         uint4 lo[U], hi[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int c = c0 + u * WARPS;
+            const int c = c0 + u * warps;
             lo[u] = c < chunks ? fp8::load_streaming(w_lo + 64 * c) : make_uint4(0, 0, 0, 0);
             hi[u] = c < chunks ? fp8::load_streaming(w_hi + 64 * c) : make_uint4(0, 0, 0, 0);
         }
         if (c0 == warp) grid_dependency_wait();   // weights are in flight; x comes from the kernel ahead
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int k = (c0 + u * WARPS) * 64 + 16 * t;
+            const int k = (c0 + u * warps) * 64 + 16 * t;
 #pragma unroll
             for (int gr = 0; gr < GROUPS; gr++) {
                 uint32_t xv[8];
@@ -170,22 +171,35 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 
     // Sum the warps' partial products; warp 0 scales and writes. acc[gr][i] is output channel
-    // n0 + g (+8 for i >= 2) of token 8gr + 2t + i%2.
-    __shared__ float part[WARPS][GROUPS * 4][32];
+    // n0 + g (+8 for i >= 2) of token 8gr + 2t + i%2. part: [warps][GROUPS * 4][32].
+    extern __shared__ float part[];
 #pragma unroll
-    for (int gr = 0; gr < GROUPS; gr++)
-        for (int i = 0; i < 4; i++) part[warp][gr * 4 + i][lane] = acc[gr][i];
+    for (int i = 0; i < GROUPS * 4; i++) part[(warp * GROUPS * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
     __syncthreads();
     allow_dependent_launch();
     if (warp != 0) return;
 #pragma unroll
-    for (int gr = 0; gr < GROUPS; gr++)
-        for (int i = 0; i < 4; i++) {
-            float sum = 0.0f;
-            for (int w = 0; w < WARPS; w++) sum += part[w][gr * 4 + i][lane];
-            const int n = n0 + g + (i >= 2 ? 8 : 0), r = gr * 8 + 2 * t + i % 2;
-            if (n < N && r < rows) y[(int64_t)r * N + n] = sum * scale[n];
-        }
+    for (int i = 0; i < GROUPS * 4; i++) {
+        float sum = 0.0f;
+        for (int w = 0; w < warps; w++) sum += part[(w * GROUPS * 4 + i) * 32 + lane];
+        const int n = n0 + g + (i % 4 >= 2 ? 8 : 0), r = i / 4 * 8 + 2 * t + i % 2;
+        if (n < N && r < rows) y[(int64_t)r * N + n] = sum * scale[n];
+    }
+}
+
+// Warps per block for W: all blocks in one wave where that can be (32 warps per SM), as many
+// warps as that allows (up to 16) so each has few chunks and all its loads go out at once.
+inline int fp8_gemv_warps(const Fp8Matrix& W) {
+    static const int sms = [] {
+        int device = 0, n = 0;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+        return n;
+    }();
+    const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = (W.K + 63) / 64;
+    for (int w : {16, 8, 6, 4, 3})
+        if (w <= chunks && tiles * w <= 32 * sms) return w;
+    return 2;
 }
 
 // y [rows, N] fp32 = x [rows, K] (T = __half or __nv_bfloat16) times W [N, K]ᵀ in FP8, for
@@ -193,14 +207,12 @@ __global__ void __launch_bounds__(WARPS * 32)
 // before the kernel ahead (which writes x) has finished.
 template <typename T>
 void fp8_gemv(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream) {
-    constexpr int WARPS = 8;
-    const dim3 grid(fp8_padded_rows(W.N) / 16), block(WARPS * 32);
-    if (rows <= 8)
-        launch_dependent(fp8_gemv_kernel<T, 1, WARPS>, grid, block, 0, stream, y, x, (const uint8_t*)W.q,
-                         (const float*)W.scale, rows, W.N, W.K, W.ld);
-    else
-        launch_dependent(fp8_gemv_kernel<T, 2, WARPS>, grid, block, 0, stream, y, x, (const uint8_t*)W.q,
-                         (const float*)W.scale, rows, W.N, W.K, W.ld);
+    const int warps = fp8_gemv_warps(W), groups = rows <= 8 ? 1 : 2;
+    const dim3 grid(fp8_padded_rows(W.N) / 16), block(warps * 32);
+    const int smem = warps * groups * 4 * 32 * sizeof(float);
+    auto kernel = groups == 1 ? fp8_gemv_kernel<T, 1> : fp8_gemv_kernel<T, 2>;
+    launch_dependent(kernel, grid, block, smem, stream, y, x, (const uint8_t*)W.q, (const float*)W.scale, rows, W.N,
+                     W.K, W.ld);
 }
 
 }  // namespace olmo

@@ -22,6 +22,9 @@
 // deviations from it) as the CPU reference does, which stays accurate when |mean| >> std.
 // All math in fp32; each output is rounded once. rmsnorm and add_rmsnorm follow the
 // operation order of cpu::rmsnorm: w * (x * rstd).
+// Every kernel lets the kernel behind it in the stream launch at once (allow_dependent_launch):
+// one launched as a dependent (fp8_gemv) then streams its weights while we run, and waits for
+// our output before it reads it; an ordinary launch still waits for us to finish.
 #pragma once
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
@@ -52,12 +55,14 @@ template <int N, typename T, typename X> __device__ void layernorm_row(T* out_ro
 }
 
 template <typename T, typename X, int N> __global__ void layernorm_kernel(T* out, const X* x, int H, float eps) {
+    allow_dependent_launch();   // see the file comment
     layernorm_row<N>(out + (int64_t)blockIdx.x * H, x + (int64_t)blockIdx.x * H, H, eps);
 }
 
 // x (fp32 residual) += y (T or fp32); xn = LayerNorm(x) in T.
 template <typename T, typename Y, int N>
 __global__ void add_layernorm_kernel(float* x, const Y* y, T* xn, int H, float eps) {
+    allow_dependent_launch();   // see the file comment
     using PX = Pack<float, N>;
     float* x_row = x + (int64_t)blockIdx.x * H;
     const Pack<Y, N>* y_row = reinterpret_cast<const Pack<Y, N>*>(y + (int64_t)blockIdx.x * H);
@@ -73,6 +78,7 @@ __global__ void add_layernorm_kernel(float* x, const Y* y, T* xn, int H, float e
 // Rows of x and out are ld_in and ld_out elements apart; out may be x (in place).
 template <typename O, typename X, typename T, int N>
 __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld_in, int64_t ld_out, float eps) {
+    allow_dependent_launch();   // see the file comment
     const X* x_row = x + blockIdx.x * ld_in;
     O* out_row = out + blockIdx.x * ld_out;
     const float rstd = 1.0f / sqrtf(row_sum<N>(x_row, H, [](float v) { return v * v; }) / H + eps);
@@ -88,6 +94,7 @@ __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld
 // x (fp32 residual) += RMSNorm(y) * w, y in T or fp32; xb = x rounded to T (the next GEMM's input).
 template <typename T, typename Y, int N>
 __global__ void add_rmsnorm_kernel(float* x, const Y* y, const T* w, T* xb, int H, float eps) {
+    allow_dependent_launch();   // see the file comment
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
     float* x_row = x + (int64_t)blockIdx.x * H;
