@@ -88,6 +88,11 @@ int main() {
         const float tc = median_ms([&](int i) {
             cudaCheck(cudaMemcpyAsync(w[(i + 1) % copies].q, w[i % copies].q, (size_t)fp8_bytes, cudaMemcpyDeviceToDevice));
         });
+        for (int warps : {1, 2, 4, 8, 16}) {   // the automatic choice against each fixed one, 1 token
+            const float t = median_ms([&](int i) { fp8_gemv(y, x, w[i % copies], 1, 0, warps); });
+            std::printf("%-8s rows 1, %2d warps per block%s: %.1f us, %.0f GB/s\n", s.name, warps,
+                        warps == fp8_gemv_warps<bf16, 1>(w[0]) ? " (auto)" : "", t * 1e3, fp8_bytes / t / 1e6);
+        }
         std::printf("%-8s copy of the FP8 bytes: %.1f us, %.0f GB/s (read + write: %.0f GB/s of traffic)\n", s.name,
                     tc * 1e3, fp8_bytes / tc / 1e6, 2 * fp8_bytes / tc / 1e6);
         for (int c = 0; c < copies; c++) cudaFree(wb[c]), cudaFree(w[c].q), cudaFree(w[c].scale);

@@ -31,6 +31,8 @@
 #pragma once
 #include <cuda_fp8.h>
 
+#include <vector>
+
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
 #include "fp8.h"
@@ -114,7 +116,11 @@ __device__ __forceinline__ uint32_t widen_pair(const uint4& w, int p) {
 // Token `r`'s 16 values x[r, k .. k+16) as 8 pairs (zeros past K or for r >= rows).
 template <typename T>
 __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r, int k, int rows, int K) {
-    if (r < rows && k + 16 <= K && K % 8 == 0) {
+    if (r >= rows) {
+        for (int i = 0; i < 8; i++) v[i] = 0;
+        return;
+    }
+    if (k + 16 <= K && K % 8 == 0) {
         const uint4* p = reinterpret_cast<const uint4*>(x + (int64_t)r * K + k);
         const uint4 a = p[0], b = p[1];
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -123,8 +129,8 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
     for (int i = 0; i < 8; i++) {
         const int k0 = k + 2 * i;
         const T* row = x + (int64_t)r * K;
-        const float lo = r < rows && k0 < K ? to_float(row[k0]) : 0.0f;
-        const float hi = r < rows && k0 + 1 < K ? to_float(row[k0 + 1]) : 0.0f;
+        const float lo = k0 < K ? to_float(row[k0]) : 0.0f;
+        const float hi = k0 + 1 < K ? to_float(row[k0 + 1]) : 0.0f;
         v[i] = attn::pack2<T>(lo, hi);
     }
 }
@@ -132,27 +138,34 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 }  // namespace fp8
 
 // GROUPS: tokens in groups of 8 (1 or 2). The block's warps (blockDim.x / 32, up to 16) split
-// K; each keeps U chunks of loads in flight. At most 64 registers, so 32 warps fit on an SM.
+// K; each computes on U chunks while the loads of its next U are in flight. At most 64
+// registers, so 32 warps fit on an SM.
 template <typename T, int GROUPS>
-__global__ void __launch_bounds__(512, 2)
+__global__ void __launch_bounds__(512, 1)
     fp8_gemv_kernel(float* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ q,
                     const float* __restrict__ scale, int rows, int N, int K, int ld) {
-    constexpr int U = 4;
+    constexpr int U = 2;
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int n0 = blockIdx.x * 16, chunks = (K + 63) / 64;
+    const int n0 = blockIdx.x * 16, chunks = (K + 63) / 64, step = warps * U;
     const uint8_t* w_lo = q + (int64_t)(n0 + g) * ld + 16 * t;   // row n0+g, this lane's 16 bytes of chunk 0
     const uint8_t* w_hi = w_lo + 8 * (int64_t)ld;                // row n0+g+8
     float acc[GROUPS][4] = {};
-
-    for (int c0 = warp; c0 < chunks; c0 += warps * U) {
-        uint4 lo[U], hi[U];
+    // The U chunks c0, c0 + warps, ... of rows g and g+8 (zeros past the end).
+    auto load = [&](uint4 (&lo)[U], uint4 (&hi)[U], int c0) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + u * warps;
             lo[u] = c < chunks ? fp8::load_streaming(w_lo + 64 * c) : make_uint4(0, 0, 0, 0);
             hi[u] = c < chunks ? fp8::load_streaming(w_hi + 64 * c) : make_uint4(0, 0, 0, 0);
         }
-        if (c0 == warp) grid_dependency_wait();   // weights are in flight; x comes from the kernel ahead
+    };
+
+    uint4 lo[U], hi[U];
+    load(lo, hi, warp);
+    grid_dependency_wait();   // the weights are in flight; x comes from the kernel ahead
+    for (int c0 = warp; c0 < chunks; c0 += step) {
+        uint4 next_lo[U], next_hi[U];
+        load(next_lo, next_hi, c0 + step);   // in flight while this round computes
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k = (c0 + u * warps) * 64 + 16 * t;
@@ -168,6 +181,8 @@ __global__ void __launch_bounds__(512, 2)
                 }
             }
         }
+#pragma unroll
+        for (int u = 0; u < U; u++) lo[u] = next_lo[u], hi[u] = next_hi[u];
     }
 
     // Sum the warps' partial products; warp 0 scales and writes. acc[gr][i] is output channel
@@ -187,32 +202,43 @@ __global__ void __launch_bounds__(512, 2)
     }
 }
 
-// Warps per block for W: all blocks in one wave where that can be (32 warps per SM), as many
-// warps as that allows (up to 16) so each has few chunks and all its loads go out at once.
-inline int fp8_gemv_warps(const Fp8Matrix& W) {
+// Warps per block for W: as many (up to 16, each taking a share of K) as still lets every block
+// of the grid be resident at once, so the grid runs in one wave; 2 when even that cannot be.
+template <typename T, int GROUPS>
+int fp8_gemv_warps(const Fp8Matrix& W) {
     static const int sms = [] {
         int device = 0, n = 0;
         cudaCheck(cudaGetDevice(&device));
         cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
         return n;
     }();
+    static const std::vector<int> per_sm = [] {   // resident blocks per SM, by warps per block
+        std::vector<int> n(17);
+        for (int w = 1; w <= 16; w++)
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[w], fp8_gemv_kernel<T, GROUPS>, w * 32,
+                                                                    w * GROUPS * 4 * 32 * sizeof(float)));
+        return n;
+    }();
     const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = (W.K + 63) / 64;
     for (int w : {16, 8, 6, 4, 3})
-        if (w <= chunks && tiles * w <= 32 * sms) return w;
+        if (w <= chunks && tiles <= (int64_t)per_sm[w] * sms) return w;
     return 2;
 }
 
 // y [rows, N] fp32 = x [rows, K] (T = __half or __nv_bfloat16) times W [N, K]ᵀ in FP8, for
 // 1 <= rows <= kFp8GemvMaxRows. Launched as a dependent launch: the weights start streaming
-// before the kernel ahead (which writes x) has finished.
+// before the kernel ahead (which writes x) has finished. warps: per block, 1..16 (0: fp8_gemv_warps).
+template <typename T, int GROUPS>
+void fp8_gemv_launch(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps) {
+    if (warps == 0) warps = fp8_gemv_warps<T, GROUPS>(W);
+    const int smem = warps * GROUPS * 4 * 32 * sizeof(float);
+    launch_dependent(fp8_gemv_kernel<T, GROUPS>, dim3(fp8_padded_rows(W.N) / 16), dim3(warps * 32), smem, stream, y, x,
+                     (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
+}
 template <typename T>
-void fp8_gemv(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream) {
-    const int warps = fp8_gemv_warps(W), groups = rows <= 8 ? 1 : 2;
-    const dim3 grid(fp8_padded_rows(W.N) / 16), block(warps * 32);
-    const int smem = warps * groups * 4 * 32 * sizeof(float);
-    auto kernel = groups == 1 ? fp8_gemv_kernel<T, 1> : fp8_gemv_kernel<T, 2>;
-    launch_dependent(kernel, grid, block, smem, stream, y, x, (const uint8_t*)W.q, (const float*)W.scale, rows, W.N,
-                     W.K, W.ld);
+void fp8_gemv(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps = 0) {
+    if (rows <= 8) fp8_gemv_launch<T, 1>(y, x, W, rows, stream, warps);
+    else fp8_gemv_launch<T, 2>(y, x, W, rows, stream, warps);
 }
 
 }  // namespace olmo
