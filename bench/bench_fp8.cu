@@ -5,6 +5,8 @@
 //   time and bytes/time. "copy" is cudaMemcpy device to device of the FP8 bytes: read + write,
 //   counted once, so its figure is half the traffic it makes; the roofline we quote is 4.25 TB/s.
 // Weights rotate through several copies larger than the L2 together, so reads come from HBM.
+// Prefill (4096 tokens): the FP8 path's three steps (activations quantized per token, the
+// cuBLASLt FP8 GEMM, the scale pass) next to cuBLAS bf16, in TFLOP/s of the GEMM's 2·M·N·K.
 // Each figure is the median of 50 launches timed with CUDA events.
 #include <cublas_v2.h>
 
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "fp8.cuh"
+#include "fp8_gemm.h"
 #include "sampler.h"
 
 using namespace olmo;
@@ -41,6 +44,38 @@ template <typename F> float median_ms(F f) {
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
+}
+
+// 4096 tokens through W: each step of the FP8 path timed alone, and cuBLAS bf16.
+void prefill(const char* name, const Fp8Matrix& W, const bf16* wb, cublasHandle_t h) {
+    const int rows = 4096;
+    bf16* x;
+    uint8_t* x8;
+    float *xs, *y;
+    void* ws;
+    cudaCheck(cudaMalloc(&x, (size_t)rows * W.K * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&x8, (size_t)rows * W.ld));
+    cudaCheck(cudaMalloc(&xs, rows * sizeof(float)));
+    cudaCheck(cudaMalloc(&y, (size_t)rows * W.N * sizeof(float)));
+    cudaCheck(cudaMalloc(&ws, 32 << 20));
+    fill<<<1024, 256>>>(x, (size_t)rows * W.K, 7);
+    {
+        Fp8Gemm gemm(ws, 32 << 20);
+        const double flop = 2.0 * rows * W.N * W.K;
+        const float tq = median_ms([&](int) { quantize_rows_fp8(x8, xs, x, rows, W.K, W.ld, 0); });
+        const float tg = median_ms([&](int) { gemm.run(y, x8, xs, W, rows, 0); });   // GEMM + scale pass
+        const float ts = median_ms([&](int) { scale_rows_cols(y, xs, W.scale, rows, W.N, 0); });
+        const float one = 1.0f, zero = 0.0f;
+        const float tb = median_ms([&](int) {
+            cublasCheck(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, W.N, rows, W.K, &one, wb, CUDA_R_16BF, W.K, x,
+                                     CUDA_R_16BF, W.K, &zero, y, CUDA_R_32F, W.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        });
+        std::printf("%-8s prefill %d tokens: quantize %.3f ms, FP8 GEMM %.3f ms (%.0f TFLOP/s), scale pass %.3f ms "
+                    "(in the GEMM figure); FP8 path %.3f ms = %.0f TFLOP/s | bf16 cuBLAS %.3f ms = %.0f TFLOP/s\n",
+                    name, rows, tq, tg - ts, flop / (tg - ts) / 1e9, ts, tq + tg, flop / (tq + tg) / 1e9, tb,
+                    flop / tb / 1e9);
+    }
+    cudaFree(x), cudaFree(x8), cudaFree(xs), cudaFree(y), cudaFree(ws);
 }
 
 }  // namespace
@@ -95,6 +130,7 @@ int main() {
         }
         std::printf("%-8s copy of the FP8 bytes: %.1f us, %.0f GB/s (read + write: %.0f GB/s of traffic)\n", s.name,
                     tc * 1e3, fp8_bytes / tc / 1e6, 2 * fp8_bytes / tc / 1e6);
+        prefill(s.name, w[0], wb[0], h);
         for (int c = 0; c < copies; c++) cudaFree(wb[c]), cudaFree(w[c].q), cudaFree(w[c].scale);
         cudaFree(x), cudaFree(y);
     }

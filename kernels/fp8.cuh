@@ -5,9 +5,7 @@
 //     q [N16, ld] E4M3 and scale [N16] fp32,   W[n, k] ≈ scale[n] · q[n, k]
 // one scale per output channel (row), rows padded with zeros to N16 = N rounded up to 16 and
 // ld = K rounded up to 64, so the product below needs no bounds checks on q and every row
-// starts 64-byte aligned (cuBLASLt's FP8 GEMM wants 16). Why per channel: it is what cuBLASLt's
-// outer-vector scaling applies in the prefill GEMM (src/fp8_gemm.h), it costs 4 bytes per row,
-// and each output's error is bounded by its own row's range.
+// starts 64-byte aligned (cuBLASLt's FP8 GEMM wants 16). Why per channel: docs/fp8.md.
 //
 // quantize_rows_fp8: one block per row: amax = max |x| (a block reduction), then
 //     q = E4M3(x · 448/amax) with round-to-nearest-even and saturation (cvt.rn.satfinite).
@@ -19,8 +17,8 @@
 // in registers; the tensor cores then do the arithmetic (mma m16n8k16: 16 output channels
 // times 8 tokens, fp32 accumulators), so 16 tokens cost no more reading than one. A block owns
 // 16 output channels; its warps split K, walking 64-column chunks (warp w takes chunks w,
-// w + WARPS, ...) with several chunks' loads in flight, and add their partial sums through
-// shared memory at the end.
+// w + warps, ...) with the next chunks' loads in flight while they compute, and add their
+// partial sums through shared memory at the end.
 //
 // Which column of the mma goes where: a dot product does not care about the order of its
 // terms, so instead of the mma's own column order the lanes take contiguous bytes. In a chunk,
@@ -44,16 +42,29 @@ constexpr int kFp8GemvMaxRows = 16;
 
 // ---- quantization ----
 
-template <typename T>
+// A block walks its row in Packs of N elements (N = 8 when K and the pointer allow 16-byte
+// loads, else 1): once for amax, once to convert, writing zeros over the padding K..ld.
+template <typename T, int N>
 __global__ void quantize_rows_fp8_kernel(uint8_t* q, float* scale, const T* x, int K, int ld) {
-    const T* row = x + (int64_t)blockIdx.x * K;
-    uint8_t* out = q + (int64_t)blockIdx.x * ld;
+    using P = Pack<T, N>;
+    using Q = Pack<uint8_t, N>;
+    const P* row = reinterpret_cast<const P*>(x + (int64_t)blockIdx.x * K);
+    Q* out = reinterpret_cast<Q*>(q + (int64_t)blockIdx.x * ld);
     float amax = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) amax = fmaxf(amax, fabsf(to_float(row[k])));
+    for (int i = threadIdx.x; i < K / N; i += blockDim.x) {
+        const P p = row[i];
+        for (int j = 0; j < N; j++) amax = fmaxf(amax, fabsf(to_float(p.v[j])));
+    }
     amax = block_reduce(amax, MaxOp{});
     const float inv = amax < kFp8TinyRow ? 0.0f : kFp8Max / amax;   // fp8.h: fp8_row_inverse_scale
-    for (int k = threadIdx.x; k < ld; k += blockDim.x)
-        out[k] = k < K ? __nv_cvt_float_to_fp8(to_float(row[k]) * inv, __NV_SATFINITE, __NV_E4M3) : 0;
+    for (int i = threadIdx.x; i < ld / N; i += blockDim.x) {
+        Q o = {};
+        if (i < K / N) {
+            const P p = row[i];
+            for (int j = 0; j < N; j++) o.v[j] = __nv_cvt_float_to_fp8(to_float(p.v[j]) * inv, __NV_SATFINITE, __NV_E4M3);
+        }
+        out[i] = o;
+    }
     if (threadIdx.x == 0) scale[blockIdx.x] = amax < kFp8TinyRow ? 0.0f : amax / kFp8Max;
 }
 
@@ -61,7 +72,8 @@ __global__ void quantize_rows_fp8_kernel(uint8_t* q, float* scale, const T* x, i
 template <typename T>
 void quantize_rows_fp8(uint8_t* q, float* scale, const T* x, int rows, int K, int ld, cudaStream_t stream) {
     if (rows == 0) return;
-    quantize_rows_fp8_kernel<<<rows, 256, 0, stream>>>(q, scale, x, K, ld);
+    if (K % 8 == 0 && aligned16(x)) quantize_rows_fp8_kernel<T, 8><<<rows, 256, 0, stream>>>(q, scale, x, K, ld);
+    else quantize_rows_fp8_kernel<T, 1><<<rows, 256, 0, stream>>>(q, scale, x, K, ld);
     cudaCheckLaunch();
 }
 
