@@ -393,7 +393,7 @@ __device__ inline u64 nucleus_target(float top_p, u64 total) {
 
 template <typename T, int N>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
-sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const int* step) {
+sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const uint64_t* step) {
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     Shared& sh = *reinterpret_cast<Shared*>(shared_bytes);
     float* slice = reinterpret_cast<float*>(shared_bytes + sizeof(Shared));
@@ -428,7 +428,7 @@ sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const int* 
         const u64 within = c.count_within(-logf(p.min_p));
         if (within < kept.count) kept = c.select(within, false, kept);
     }
-    const u64 u = uniform_u64(p.seed, (unsigned)*step);
+    const u64 u = uniform_u64(p.seed, *step);
     const Kept drawn = c.select(__umul64hi(u, kept.weight) + 1, true, kept);  // target floor(u * W) + 1
     if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = rank_id(drawn.cut);
     group.sync();  // no block exits while another may still read its shared memory
@@ -475,10 +475,11 @@ template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStrea
 
 // *out_id (device) = a token drawn from softmax(logits [V] / temperature) restricted by top-k,
 // top-p and min-p (p.repetition_penalty is not applied here: see sampler.h); the random number
-// is a function of (p.seed, *step) (step: device pointer); -1 when any logit is NaN or Inf.
+// is a function of (p.seed, *step) (step: device pointer, all 64 bits used, as sample_cpu's);
+// -1 when any logit is NaN or Inf.
 // p must not be greedy() (greedy decoding is argmax).
 template <typename T>
-void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const int* step, cudaStream_t stream) {
+void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const uint64_t* step, cudaStream_t stream) {
     using namespace sampling;
     if (V < 1 || V >= kMaxVocab) fail("sample: vocabulary size " + std::to_string(V) + " outside [1, 2^18)");
     if (p.greedy() || !std::isfinite(p.temperature))

@@ -1,7 +1,12 @@
 """Builds olmo_kernels._C, the torch extension over the engine's CUDA kernels.
 
-    pip install --no-build-isolation -e python/      # from the repository root
-    (or: cd python && python3 setup.py build_ext --inplace)
+    python3 -m pip install --no-build-isolation --no-deps -e python/    # from the repository root
+    (or, without pip: python3 python/setup.py build_ext --inplace; export PYTHONPATH=$PWD/python)
+
+No network: plain `pip install -e` builds in an isolated environment and downloads setuptools
+into it (and would build against a torch of its choosing); --no-build-isolation builds with the
+installed setuptools and torch, the torch that will import the extension, and --no-deps asks
+for nothing more.
 
 Sources: olmo_kernels/csrc/ops.cu includes kernels/*.cuh (the engine's kernels, not copies)
 and is compiled with the engine's NVCC flags (the Makefile's NVCCFLAGS: -std=c++17, sm_90a,
@@ -15,7 +20,9 @@ import os
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+os.chdir(HERE)  # the paths below are relative to python/, wherever this is run from
 
 # The engine's flags. With a -gencode here torch adds none of its own (the engine builds for
 # sm_90a only), and with -std here it adds no other standard.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # torch_ext_check.sh: the olmo_kernels torch extension on a GPU machine with PyTorch (no network
-# needed): builds it (`pip install --no-build-isolation -e python/`, the README's command; if the
+# needed): builds it (`pip install --no-build-isolation --no-deps -e python/`, the README's command; if the
 # package then does not import from python/, `setup.py build_ext --inplace`), runs its pytest
 # suite and the benchmark, and prints a short summary last.
 #   bash scripts/torch_ext_check.sh [--quick]      --quick: the benchmark's three cases only
@@ -45,6 +45,13 @@ grep -iE "warning" "$OUT/torch_build.log" | grep -v "UserWarning\|DeprecationWar
 t0=$(date +%s)
 OLMO_KERNELS_ERROR_LOG="$OUT/torch_errors.log" python3 -m pytest -q -rs python/tests >"$OUT/torch_pytest.log" 2>&1
 test_rc=$?
+if [ $test_rc -ge 128 ]; then  # killed by a signal (a crash): which test, and the C++ stack if gdb is there
+    echo "pytest died with signal $((test_rc - 128)); rerunning verbosely, log in $OUT/torch_crash.log"
+    crash=(python3 -X faulthandler -m pytest -v -x -p no:cacheprovider python/tests)
+    if command -v gdb >/dev/null; then crash=(gdb -batch -ex run -ex bt -ex "info sharedlibrary" --args "${crash[@]}"); fi
+    "${crash[@]}" >"$OUT/torch_crash.log" 2>&1
+    grep -E "PASSED|FAILED|Fatal|SIGSEGV|^#[0-9]+ " "$OUT/torch_crash.log" | tail -40
+fi
 grep -E "^(FAILED|ERROR)|Error|error:" "$OUT/torch_pytest.log" | head -25
 sed -n '/olmo_kernels errors vs fp64/,$p' "$OUT/torch_pytest.log" | grep -v "^=\+ .* in [0-9.]*s" | head -40
 tests="$(tail -1 "$OUT/torch_pytest.log") ($(( $(date +%s) - t0 )) s, exit $test_rc)"

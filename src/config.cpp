@@ -160,9 +160,8 @@ void check_rope_finite(const ModelConfig& c, const std::string& where) {
     }
 }
 
-}  // namespace
-
-ModelConfig parse_config(const std::string& text, const std::string& where) {
+// text as a JSON object, or an error naming `where`.
+json parse_object(const std::string& text, const std::string& where) {
     json j;
     try {
         j = json::parse(text);
@@ -170,15 +169,22 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
         fail(where + ": malformed JSON: " + e.what());
     }
     if (!j.is_object()) fail(where + ": not a JSON object");
-    Reader rd{j, where};
-    ModelConfig c;
+    return j;
+}
+
+// model_type and the family it names.
+void parse_family(const json& j, ModelConfig& c, const std::string& where) {
     if (!j.contains("model_type") || !j["model_type"].is_string()) fail(where + ": missing \"model_type\"");
     c.model_type = j["model_type"];
     if (c.model_type == "olmo") c.family = Family::Olmo1;
     else if (c.model_type == "olmo2") c.family = Family::Olmo2;
     else if (c.model_type == "olmo3") c.family = Family::Olmo3;
     else fail(where + ": unsupported model_type \"" + c.model_type + "\" (supported: olmo, olmo2, olmo3)");
+}
 
+// The sizes (each in range, and the products the engine computes in int), the norm and bias
+// keys, tied embeddings and eos ids.
+void parse_shape(const json& j, const Reader& rd, ModelConfig& c, const std::string& where) {
     c.hidden = rd.get_int("hidden_size", 1, kMaxDim);
     c.intermediate = rd.get_int("intermediate_size", 1, kMaxDim);
     c.n_layers = rd.get_int("num_hidden_layers", 1, kMaxLayers);
@@ -202,30 +208,33 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
     if (c.family == Family::Olmo1) c.clip_qkv = rd.get_float("clip_qkv", 0.0f, 0.0, kMaxClip);
     c.tie_embeddings = rd.get_bool("tie_word_embeddings", false);
     c.eos_ids = parse_ids(member_or_null(j, "eos_token_id"), where);
+}
 
-    // Layer types: OLMo-3 alternates 3 sliding + 1 full unless layer_types says otherwise.
+// Layer types: OLMo-3 alternates 3 sliding + 1 full unless layer_types says otherwise.
+void parse_layer_types(const json& j, const Reader& rd, ModelConfig& c, const std::string& where) {
     c.layer_sliding.assign(c.n_layers, false);
-    if (c.family == Family::Olmo3) {
-        c.sliding_window = rd.get_int("sliding_window", 0, 0, kMaxPositions);
-        if (rd.has("layer_types")) {
-            const json& lt = j["layer_types"];
-            if (!lt.is_array() || (int)lt.size() != c.n_layers)
-                fail(where + ": layer_types must list one type per layer (" + std::to_string(c.n_layers) + ")");
-            for (int i = 0; i < c.n_layers; i++) {
-                std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
-                if (t != "sliding_attention" && t != "full_attention")
-                    fail(where + ": unknown layer type " + json_excerpt(lt[i]));
-                c.layer_sliding[i] = t == "sliding_attention";
-            }
-        } else {
-            for (int i = 0; i < c.n_layers; i++) c.layer_sliding[i] = (i + 1) % 4 != 0;
+    if (c.family != Family::Olmo3) return;
+    c.sliding_window = rd.get_int("sliding_window", 0, 0, kMaxPositions);
+    if (rd.has("layer_types")) {
+        const json& lt = j["layer_types"];
+        if (!lt.is_array() || (int)lt.size() != c.n_layers)
+            fail(where + ": layer_types must list one type per layer (" + std::to_string(c.n_layers) + ")");
+        for (int i = 0; i < c.n_layers; i++) {
+            std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
+            if (t != "sliding_attention" && t != "full_attention")
+                fail(where + ": unknown layer type " + json_excerpt(lt[i]));
+            c.layer_sliding[i] = t == "sliding_attention";
         }
-        bool any_sliding = false;
-        for (bool s : c.layer_sliding) any_sliding |= s;
-        if (any_sliding && c.sliding_window <= 0) fail(where + ": sliding layers need sliding_window > 0");
+    } else {
+        for (int i = 0; i < c.n_layers; i++) c.layer_sliding[i] = (i + 1) % 4 != 0;
     }
+    bool any_sliding = false;
+    for (bool s : c.layer_sliding) any_sliding |= s;
+    if (any_sliding && c.sliding_window <= 0) fail(where + ": sliding layers need sliding_window > 0");
+}
 
-    // RoPE: 5.x rope_parameters (flat, or keyed by layer type), else 4.x rope_theta + rope_scaling.
+// RoPE: 5.x rope_parameters (flat, or keyed by layer type), else 4.x rope_theta + rope_scaling.
+void parse_rope_keys(const json& j, const Reader& rd, ModelConfig& c, const std::string& where) {
     float theta = rd.get_float("rope_theta", 10000.0f, kMinTheta, kMaxTheta);
     if (rd.has("rope_parameters")) {
         const json& rp = j["rope_parameters"];
@@ -242,6 +251,18 @@ ModelConfig parse_config(const std::string& text, const std::string& where) {
         c.rope_sliding = c.family == Family::Olmo3 ? parse_rope(json(), theta, c.max_pos, where) : c.rope_full;
     }
     check_rope_finite(c, where);
+}
+
+}  // namespace
+
+ModelConfig parse_config(const std::string& text, const std::string& where) {
+    const json j = parse_object(text, where);
+    const Reader rd{j, where};
+    ModelConfig c;
+    parse_family(j, c, where);
+    parse_shape(j, rd, c, where);
+    parse_layer_types(j, rd, c, where);
+    parse_rope_keys(j, rd, c, where);
     return c;
 }
 
@@ -250,13 +271,7 @@ ModelConfig load_config(const std::string& dir) {
     ModelConfig c = parse_config(read_file(path), path);
     const std::string gen = dir + "/generation_config.json";
     if (file_exists(gen)) {
-        json g;
-        try {
-            g = json::parse(read_file(gen));
-        } catch (const json::exception& e) {
-            fail(gen + ": malformed JSON: " + e.what());
-        }
-        if (!g.is_object()) fail(gen + ": not a JSON object");
+        const json g = parse_object(read_file(gen), gen);
         if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) c.eos_ids = parse_ids(g["eos_token_id"], gen);
         c.generation = parse_generation_defaults(g, gen);
     }

@@ -114,7 +114,7 @@ struct StepMeta {
     int* rows[2];     // [rows]        pool row of each token's K/V, per kind
     int* pos0;        // [batch]       position of each sequence's first token in this call
     int* tables[2];   // [batch, stride] block tables, per kind
-    int* step;        // [batch]       draw counter of each sequence, for the sampler
+    uint64_t* step;   // [batch]       draw counter of each sequence, for the sampler (first: 8-aligned)
 };
 
 template <typename T>
@@ -127,7 +127,8 @@ public:
         init_kv(c, max_seq, kv_blocks);
         chunk_ = std::min(max_seq_, kMaxChunk);
         stride_ = (max_seq_ + kv_->block_size() - 1) / kv_->block_size() + 1;
-        meta_ints_ = 4 * (size_t)std::max(chunk_, max_batch_) + (size_t)max_batch_ * (2 + 2 * stride_);
+        // rows: ids, pos, 2 x rows; per sequence: step (2 ints), pos0, 2 x table (layout_meta)
+        meta_ints_ = 4 * (size_t)std::max(chunk_, max_batch_) + (size_t)max_batch_ * (3 + 2 * stride_);
         cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         cublasCheck(cublasCreate(&cublas_));
         cublasCheck(cublasSetStream(cublas_, stream_));
@@ -430,12 +431,12 @@ private:
     // layout depends only on (n, B), so a graph captured for a batch size stays valid.
     size_t layout_meta(int n, int B) {
         int* m = meta_base_;
+        meta_.step = reinterpret_cast<uint64_t*>(m), m += 2 * B;   // at the 256-aligned start
         meta_.ids = m, m += n;
         meta_.pos = m, m += n;
         meta_.rows[0] = m, m += n;
         meta_.rows[1] = m, m += n;
         meta_.pos0 = m, m += B;
-        meta_.step = m, m += B;
         meta_.tables[0] = m, m += (size_t)B * stride_;
         meta_.tables[1] = m, m += (size_t)B * stride_;
         return m - meta_base_;
@@ -463,7 +464,8 @@ private:
             }
         }
         for (int b = 0; b < B; b++) at(meta_.pos0)[b] = pos[B == 1 ? 0 : b];
-        for (int b = 0; b < B; b++) at(meta_.step)[b] = b < (int)steps.size() ? (int)steps[b] : 0;
+        uint64_t* step = reinterpret_cast<uint64_t*>(at(reinterpret_cast<int*>(meta_.step)));
+        for (int b = 0; b < B; b++) step[b] = b < (int)steps.size() ? steps[b] : 0;
         cudaCheck(cudaMemcpyAsync(meta_base_, h, sizeof(int) * used, cudaMemcpyHostToDevice, stream_));
     }
 

@@ -131,6 +131,123 @@ std::vector<std::vector<int>> generate(Engine& eng, const std::vector<Request>& 
     return out;
 }
 
+namespace {
+
+constexpr float kNeg = -1.0e9f;   // transformers' additive "impossible" in beam scores
+
+struct Beam {
+    int seq;                      // engine sequence holding prompt + tokens
+    std::vector<int> tokens;      // generated so far
+    std::vector<float> logprobs;  // each token's raw log-softmax
+    float score;                  // summed log-probabilities (after the repetition penalty)
+};
+struct Finished {
+    std::vector<int> tokens;
+    std::vector<float> logprobs;
+    float score = kNeg;
+    bool done = false;
+};
+
+// One step's candidates, t = beam * V + token over the running beams.
+struct BeamCandidates {
+    std::vector<float> score;   // [N * V] log_softmax (repetition penalty applied) + the beam's score
+    std::vector<float> lse;     // [N] logsumexp of each beam's logits
+    std::vector<int> top;       // the K best t, best first (ties: the lower t)
+    std::vector<bool> stops;    // [K] top[i] ends its hypothesis (eos, or the last step)
+};
+
+// The candidates: log_softmax of each beam's logits [N, V], the repetition penalty over prompt and
+// beam (as transformers: on the log-probabilities), plus the beam's score; then the top K.
+BeamCandidates score_candidates(const std::vector<float>& logits, const std::vector<Beam>& running,
+                                const std::vector<int>& prompt, int V, int K, float repetition_penalty) {
+    const int N = (int)running.size();
+    BeamCandidates c{std::vector<float>((size_t)N * V), std::vector<float>(N), {}, {}};
+    for (int b = 0; b < N; b++) {
+        const float* l = logits.data() + (size_t)b * V;
+        float* x = c.score.data() + (size_t)b * V;
+        float mx = *std::max_element(l, l + V), sum = 0.0f;
+        for (int i = 0; i < V; i++) sum += std::exp(l[i] - mx);
+        c.lse[b] = mx + std::log(sum);
+        for (int i = 0; i < V; i++) x[i] = l[i] - c.lse[b];
+        if (repetition_penalty != 1.0f) {
+            std::vector<int> history = prompt;
+            history.insert(history.end(), running[b].tokens.begin(), running[b].tokens.end());
+            apply_repetition_penalty(x, V, std::move(history), repetition_penalty);
+        }
+        for (int i = 0; i < V; i++) x[i] += running[b].score;
+    }
+    c.top.resize(c.score.size());
+    std::iota(c.top.begin(), c.top.end(), 0);
+    std::partial_sort(c.top.begin(), c.top.begin() + K, c.top.end(), [&](int a, int b) {
+        return c.score[a] > c.score[b] || (c.score[a] == c.score[b] && a < b);
+    });
+    c.top.resize(K);
+    return c;
+}
+
+// Finished hypotheses: the top-N candidates that stop, scored score / denom (the length
+// penalty), merged with the earlier ones; the best N stay. raw_logprob(t): candidate t's raw
+// log-softmax.
+template <typename F>
+std::vector<Finished> merge_finished(const std::vector<Finished>& finished, const std::vector<Beam>& running,
+                                     const BeamCandidates& c, int V, float denom, bool improvable, F raw_logprob) {
+    const int N = (int)running.size(), K = (int)c.top.size();
+    std::vector<Finished> merged = finished;
+    for (int i = 0; i < K; i++) {   // the same additive -1e9 penalties, in fp32, as transformers
+        const int t = c.top[i];
+        Finished f{running[t / V].tokens, running[t / V].logprobs};
+        f.tokens.push_back(t % V);
+        f.logprobs.push_back(raw_logprob(t));
+        f.done = c.stops[i] && i < N;
+        f.score = c.score[t] / denom;
+        if (!improvable) f.score += kNeg;
+        if (!f.done) f.score += kNeg;
+        merged.push_back(f);
+    }
+    std::stable_sort(merged.begin(), merged.end(), [](const Finished& a, const Finished& b) { return a.score > b.score; });
+    merged.resize(N);
+    return merged;
+}
+
+// transformers' early-stopping heuristic: whether the best running beam (its length-penalized
+// score) beats the worst finished hypothesis of any slot.
+bool can_improve(const std::vector<Finished>& finished, float best_running) {
+    float min_finished = finished[0].score;
+    for (const Finished& f : finished) min_finished = std::min(min_finished, f.score);
+    bool can = false;
+    for (const Finished& f : finished) can |= best_running > (f.done ? min_finished : kNeg);
+    return can;
+}
+
+// The running beams of the next step: candidate c.top[order[j]] for beam j. The caches follow by
+// beam index: the first child of a parent takes its sequence over, further children fork it
+// (sharing blocks; the partial last block is copied on write); parents without children are freed.
+template <typename F>
+std::vector<Beam> reorder_beams(Engine& eng, const std::vector<Beam>& running, const BeamCandidates& c,
+                                const std::vector<int>& order, const std::vector<float>& run_score, int V, int root,
+                                int gen, F raw_logprob) {
+    const int N = (int)running.size();
+    std::vector<Beam> next(N);
+    std::vector<int> children(N, 0);
+    for (int j = 0; j < N; j++) {
+        const int t = c.top[order[j]], parent = t / V;
+        const Beam& p = running[parent];
+        const bool shared_root = p.seq == root && gen == 0;   // all beams hold the root at first
+        next[j].seq = (children[parent]++ == 0 && !shared_root) ? p.seq : eng.fork_sequence(p.seq);
+        next[j].tokens = p.tokens;
+        next[j].tokens.push_back(t % V);
+        next[j].logprobs = p.logprobs;
+        next[j].logprobs.push_back(raw_logprob(t));
+        next[j].score = run_score[order[j]];
+    }
+    for (int b = 0; b < N; b++)
+        if (children[b] == 0 && running[b].seq != root) eng.free_sequence(running[b].seq);
+    if (gen == 0) eng.free_sequence(root);
+    return next;
+}
+
+}  // namespace
+
 BeamResult beam_search(Engine& eng, const std::vector<int>& prompt, int num_beams, int max_new_tokens,
                        float length_penalty, const std::vector<int>& eos, float repetition_penalty) {
     const int N = num_beams, V = eng.config().vocab, K = std::max(2, 1 + (int)eos.size()) * N;
@@ -138,20 +255,7 @@ BeamResult beam_search(Engine& eng, const std::vector<int>& prompt, int num_beam
     if (K > V) fail("--beams " + std::to_string(N) + " is too large for a vocabulary of " + std::to_string(V));
     if (blocks_for(eng, (int)prompt.size() + max_new_tokens) * N > total_blocks(eng))
         fail("beam search with " + std::to_string(N) + " beams does not fit the KV pool (raise --kv-pool-gb)");
-    constexpr float kNeg = -1.0e9f;
 
-    struct Beam {
-        int seq;                      // engine sequence holding prompt + tokens
-        std::vector<int> tokens;      // generated so far
-        std::vector<float> logprobs;  // each token's raw log-softmax
-        float score;                  // summed log-probabilities (after the repetition penalty)
-    };
-    struct Finished {
-        std::vector<int> tokens;
-        std::vector<float> logprobs;
-        float score = -1.0e9f;
-        bool done = false;
-    };
     // Like transformers: N beams start from the prompt with scores [0, -1e9, ...], so the first
     // step only expands beam 0. They all share the prompt's sequence at first.
     const int root = eng.new_sequence();
@@ -164,89 +268,28 @@ BeamResult beam_search(Engine& eng, const std::vector<int>& prompt, int num_beam
     bool improvable = true;
 
     for (int gen = 0;; gen++) {   // gen = tokens generated so far (cur_len - prompt_len)
-        // Candidates: log_softmax of each beam's logits, the repetition penalty over prompt and
-        // beam (as transformers: on the log-probabilities), plus the beam's score; top K over all.
-        std::vector<float> cand((size_t)N * V), lse(N);
-        for (int b = 0; b < N; b++) {
-            const float* l = logits.data() + (size_t)b * V;
-            float* c = cand.data() + (size_t)b * V;
-            float mx = *std::max_element(l, l + V), sum = 0.0f;
-            for (int i = 0; i < V; i++) sum += std::exp(l[i] - mx);
-            lse[b] = mx + std::log(sum);
-            for (int i = 0; i < V; i++) c[i] = l[i] - lse[b];
-            if (repetition_penalty != 1.0f) {
-                std::vector<int> history = prompt;
-                history.insert(history.end(), running[b].tokens.begin(), running[b].tokens.end());
-                apply_repetition_penalty(c, V, std::move(history), repetition_penalty);
-            }
-            for (int i = 0; i < V; i++) c[i] += running[b].score;
-        }
-        // The raw log-softmax of candidate t (beam t / V, token t % V).
-        auto raw_logprob = [&](int t) { return logits[t] - lse[t / V]; };
-        std::vector<int> top(cand.size());
-        std::iota(top.begin(), top.end(), 0);
-        std::partial_sort(top.begin(), top.begin() + K, top.end(), [&](int a, int b) {
-            return cand[a] > cand[b] || (cand[a] == cand[b] && a < b);
-        });
-        top.resize(K);
+        BeamCandidates c = score_candidates(logits, running, prompt, V, K, repetition_penalty);
+        auto raw_logprob = [&](int t) { return logits[t] - c.lse[t / V]; };
         const bool last_step = gen + 1 >= max_new_tokens;   // max-length stopping criterion
-        std::vector<bool> stops(K);
-        for (int i = 0; i < K; i++) stops[i] = last_step || is_eos(eos, top[i] % V);
-
-        // Finished hypotheses: the top-N candidates that stop, scored with the length penalty,
-        // merged with the earlier ones; the best N stay.
-        std::vector<Finished> merged = finished;
-        for (int i = 0; i < K; i++) {   // the same additive -1e9 penalties, in fp32, as transformers
-            Finished f{running[top[i] / V].tokens, running[top[i] / V].logprobs};
-            f.tokens.push_back(top[i] % V);
-            f.logprobs.push_back(raw_logprob(top[i]));
-            f.done = stops[i] && i < N;
-            f.score = cand[top[i]] / std::pow((float)(gen + 1), length_penalty);
-            if (!improvable) f.score += kNeg;
-            if (!f.done) f.score += kNeg;
-            merged.push_back(f);
-        }
-        std::stable_sort(merged.begin(), merged.end(), [](const Finished& a, const Finished& b) { return a.score > b.score; });
-        merged.resize(N);
-        finished = merged;
+        c.stops.resize(K);
+        for (int i = 0; i < K; i++) c.stops[i] = last_step || is_eos(eos, c.top[i] % V);
+        const float denom = std::pow((float)(gen + 1), length_penalty);
+        finished = merge_finished(finished, running, c, V, denom, improvable, raw_logprob);
 
         // Running beams for the next step: the best N candidates that did not stop.
         std::vector<int> order(K);
         std::iota(order.begin(), order.end(), 0);
         std::vector<float> run_score(K);
-        for (int i = 0; i < K; i++) run_score[i] = cand[top[i]] + (stops[i] ? kNeg : 0.0f);
+        for (int i = 0; i < K; i++) run_score[i] = c.score[c.top[i]] + (c.stops[i] ? kNeg : 0.0f);
         std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return run_score[a] > run_score[b]; });
         order.resize(N);
 
         // Stop: nothing left to continue, or no running beam can beat the worst finished one.
-        const bool all_stop = std::all_of(stops.begin(), stops.end(), [](bool b) { return b; });
-        const float best_running = run_score[order[0]] / std::pow((float)(gen + 1), length_penalty);
-        float min_finished = finished[0].score;
-        for (const Finished& f : finished) min_finished = std::min(min_finished, f.score);
-        bool can_improve = false;   // any slot whose worst finished score the best running beam beats
-        for (const Finished& f : finished) can_improve |= best_running > (f.done ? min_finished : kNeg);
-        improvable = improvable && can_improve;
+        const bool all_stop = std::all_of(c.stops.begin(), c.stops.end(), [](bool b) { return b; });
+        improvable = improvable && can_improve(finished, run_score[order[0]] / denom);
         if (all_stop || !improvable) break;
 
-        // Reorder the caches by beam index: the first child of a parent takes its sequence over,
-        // further children fork it (sharing blocks; the partial last block is copied on write).
-        std::vector<Beam> next(N);
-        std::vector<int> children(N, 0);
-        for (int j = 0; j < N; j++) {
-            const int parent = top[order[j]] / V;
-            const Beam& p = running[parent];
-            const bool shared_root = p.seq == root && gen == 0;   // all beams hold the root at first
-            next[j].seq = (children[parent]++ == 0 && !shared_root) ? p.seq : eng.fork_sequence(p.seq);
-            next[j].tokens = p.tokens;
-            next[j].tokens.push_back(top[order[j]] % V);
-            next[j].logprobs = p.logprobs;
-            next[j].logprobs.push_back(raw_logprob(top[order[j]]));
-            next[j].score = run_score[order[j]];
-        }
-        for (int b = 0; b < N; b++)
-            if (children[b] == 0 && running[b].seq != root) eng.free_sequence(running[b].seq);
-        if (gen == 0) eng.free_sequence(root);
-        running = std::move(next);
+        running = reorder_beams(eng, running, c, order, run_score, V, root, gen, raw_logprob);
         std::vector<int> seqs, ids;
         for (const Beam& b : running) seqs.push_back(b.seq), ids.push_back(b.tokens.back());
         logits = eng.decode(seqs, ids);

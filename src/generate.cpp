@@ -12,6 +12,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench_mode.h"
 #include "chat.h"
 #include "common.h"
 #include "engine.h"
@@ -106,16 +107,7 @@ std::vector<std::vector<int>> read_prompts(const Options& o, const Tokenizer* to
     if (!o.prompt_ids.empty()) {
         prompts.push_back(parse_id_list(o.prompt_ids));
     } else if (o.prompt_len > 0) {
-        if (o.prompt_len > max_seq)   // before building anything: --prompt-len 2^30 --batch 8 is 32 GB
-            fail("--prompt-len " + std::to_string(o.prompt_len) + " is longer than the context of " + std::to_string(max_seq) +
-                 " tokens (--max-seq-len)");
-        const double bytes = 3.0 * o.batch * o.prompt_len * sizeof(int);   // the prompts, the requests, the outputs
-        if (bytes > host_available_bytes())
-            fail("--prompt-len " + std::to_string(o.prompt_len) + " x --batch " + std::to_string(o.batch) + " needs " +
-                 num_str(bytes / 1e9) + " GB of host memory for the prompts alone");
-        std::vector<int> p;
-        for (int i = 0; i < o.prompt_len; i++) p.push_back((int)((i * 2654435761u + 12345u) % (unsigned)vocab));
-        prompts.assign(o.batch, p);
+        prompts = bench_prompts(o.prompt_len, o.batch, vocab, max_seq);
     } else if (!o.prompts.empty()) {
         for (const std::string& text : o.prompts) prompts.push_back(encode(text));
     } else if (!o.prompts_file.empty()) {
@@ -539,90 +531,107 @@ std::unique_ptr<Tokenizer> find_tokenizer(Options& o, const ModelConfig& cfg, bo
 // What run() is doing, for the message when memory runs out.
 const char* stage = "starting";
 
+// The model: --model's folder (or the default model next to this program), or benchmark mode's
+// --random-weights config; and the context length.
+struct Model {
+    ModelConfig cfg;
+    std::unique_ptr<Checkpoint> ckpt;   // null in benchmark mode
+    int max_seq;
+};
+Model open_model(Options& o, bool bench, bool default_model) {
+    Model m;
+    if (bench) {
+        m.cfg = bench_config(o.random_weights, o.model);
+        o.output_ids = true;
+    } else {
+        o.model = resolve_model_folder(default_model ? exe_dir() + "/weights" : o.model);
+        m.cfg = load_config(o.model);
+        m.ckpt = std::make_unique<Checkpoint>(o.model);
+    }
+    m.max_seq = o.max_seq_len ? o.max_seq_len : std::min(m.cfg.max_pos, 4096);
+    if (m.max_seq > m.cfg.max_pos)
+        fail("--max-seq-len " + std::to_string(m.max_seq) + " exceeds the model's max_position_embeddings (" +
+             std::to_string(m.cfg.max_pos) + ")");
+    return m;
+}
+
+// Checks every prompt against the vocabulary and the context (--verbose-prompt prints each);
+// returns the tokens to generate, capped (with a note) where the context ends first.
+int check_prompts(const Options& o, const Tokenizer* tok, const Model& m, const std::vector<std::vector<int>>& prompts) {
+    int n_new = max_new_tokens_for(o, m.cfg.generation);
+    for (const std::vector<int>& prompt : prompts) {
+        if (o.verbose_prompt) print_verbose_prompt(tok ? tok->decode(prompt, /*skip_special=*/false) : "", prompt);
+        for (int id : prompt)
+            if (id >= m.cfg.vocab)
+                fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(m.cfg.vocab) + ")");
+        if ((int)prompt.size() > m.max_seq)
+            fail("the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " +
+                 std::to_string(m.max_seq) + " tokens (--max-seq-len, at most max_position_embeddings = " +
+                 std::to_string(m.cfg.max_pos) + ")");
+        if ((int)prompt.size() + n_new > m.max_seq) {
+            n_new = m.max_seq - (int)prompt.size();
+            std::fprintf(stderr, "note: generation capped at %d tokens by the context of %d\n", n_new, m.max_seq);
+        }
+    }
+    if (n_new < 1) fail("no room to generate: a prompt fills the whole context of " + std::to_string(m.max_seq) + " tokens");
+    return n_new;
+}
+
+// The CPU or CUDA engine with the model's weights, its KV pool sized for the run.
+std::unique_ptr<Engine> build_engine(const Options& o, const Model& m, bool use_cuda, int kv_blocks,
+                                     const std::vector<std::vector<int>>& prompts, LoadProgress& progress) {
+    const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
+    if (!use_cuda) return make_cpu_engine(m.cfg, *m.ckpt, m.max_seq, kv_blocks, &progress);
+    const DeviceDType dt = o.dtype == "fp32"   ? DeviceDType::F32
+                           : o.dtype == "fp16" ? DeviceDType::F16
+                           : o.dtype == "fp8"  ? DeviceDType::FP8
+                                               : DeviceDType::BF16;
+    return make_cuda_engine(m.cfg, m.ckpt.get(), m.max_seq, dt, kv_blocks, max_batch, &progress);
+}
+
 int run(int argc, char** argv) {
     Options o;
     if (!parse_flags(argc, argv, o)) return 0;
     check_flag_combinations(o);
     set_cpu_threads(o.threads);
     stage = "reading the model files";
-
     if (o.device == "cuda" && !cuda_available()) fail("--device cuda: no CUDA device available in this build/machine");
-
-    // --- model ---
     const bool bench = !o.random_weights.empty();
     const bool default_model = o.model.empty() && !bench;
-    if (default_model) o.model = exe_dir() + "/weights";
-    if (!bench) o.model = resolve_model_folder(o.model);
-    if (bench && !o.model.empty()) fail("--random-weights and --model exclude each other");
-    ModelConfig cfg = bench ? parse_config(read_file(o.random_weights), o.random_weights) : load_config(o.model);
-    std::unique_ptr<Checkpoint> ckpt = bench ? nullptr : std::make_unique<Checkpoint>(o.model);
-    if (bench) o.output_ids = true;
-    int max_seq = o.max_seq_len ? o.max_seq_len : std::min(cfg.max_pos, 4096);
-    if (max_seq > cfg.max_pos)
-        fail("--max-seq-len " + std::to_string(max_seq) + " exceeds the model's max_position_embeddings (" +
-             std::to_string(cfg.max_pos) + ")");
+    const Model m = open_model(o, bench, default_model);
 
-    // --- tokenizer ---
-    std::unique_ptr<Tokenizer> tok = find_tokenizer(o, cfg, default_model, bench);
+    std::unique_ptr<Tokenizer> tok = find_tokenizer(o, m.cfg, default_model, bench);
     const ChatTemplate chat_template = o.chat ? load_chat_template(o.model) : ChatTemplate{};
-
     check_output_flags(o, tok.get());
 
-    // --- prompts ---
     stage = "reading the prompts";
     std::vector<std::vector<int>> prompts;
-    if (!o.chat) prompts = read_prompts(o, tok.get(), cfg.vocab, max_seq);
-    int n_new = max_new_tokens_for(o, cfg.generation);
-    for (const std::vector<int>& prompt : prompts) {
-        if (o.verbose_prompt) print_verbose_prompt(tok ? tok->decode(prompt, /*skip_special=*/false) : "", prompt);
-        for (int id : prompt)
-            if (id >= cfg.vocab)
-                fail("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
-        if ((int)prompt.size() > max_seq)
-            fail("the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " + std::to_string(max_seq) +
-                 " tokens (--max-seq-len, at most max_position_embeddings = " + std::to_string(cfg.max_pos) + ")");
-        if ((int)prompt.size() + n_new > max_seq) {
-            n_new = max_seq - (int)prompt.size();
-            std::fprintf(stderr, "note: generation capped at %d tokens by the context of %d\n", n_new, max_seq);
-        }
-    }
-    if (n_new < 1) fail("no room to generate: a prompt fills the whole context of " + std::to_string(max_seq) + " tokens");
+    if (!o.chat) prompts = read_prompts(o, tok.get(), m.cfg.vocab, m.max_seq);
+    const int n_new = check_prompts(o, tok.get(), m, prompts);
 
-    // --- engine ---
-    const bool use_cuda = choose_cuda(o.device, cfg);
+    const bool use_cuda = choose_cuda(o.device, m.cfg);
     if (bench && !use_cuda) fail("--random-weights needs the CUDA engine (--device cuda)");
     stage = "loading the weights";
-    const int kv_blocks = o.chat ? 0 : kv_pool_for(o, cfg, prompts, n_new, use_cuda);   // chat: one sequence, max_seq
-    const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
+    const int kv_blocks = o.chat ? 0 : kv_pool_for(o, m.cfg, prompts, n_new, use_cuda);   // chat: one sequence
     auto t_load = Clock::now();
     LoadProgress progress(progress_line(!o.quiet && isatty(2)));
-    std::unique_ptr<Engine> eng;
-    if (use_cuda) {
-        DeviceDType dt = o.dtype == "fp32"   ? DeviceDType::F32
-                         : o.dtype == "fp16" ? DeviceDType::F16
-                         : o.dtype == "fp8"  ? DeviceDType::FP8
-                                             : DeviceDType::BF16;
-        eng = make_cuda_engine(cfg, ckpt.get(), max_seq, dt, kv_blocks, max_batch, &progress);
-    } else {
-        eng = make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks, &progress);
-    }
-    const SamplingParams sp = sampling_for(o, cfg.generation);
+    std::unique_ptr<Engine> eng = build_engine(o, m, use_cuda, kv_blocks, prompts, progress);
+    const SamplingParams sp = sampling_for(o, m.cfg.generation);
     auto t_warm = Clock::now();
     eng->warm_up(warm_up_for(o, prompts, sp));   // one-time work of the first request, done here
     const double warm_s = seconds_since(t_warm), load_s = seconds_since(t_load);
-    // --- generation ---
+
     stage = "generating";
     if (o.chat) {
-        run_chat(o, chat_template, cfg, *tok, *eng, sp, n_new);
+        run_chat(o, chat_template, m.cfg, *tok, *eng, sp, n_new);
         return 0;
     }
-    const Job job{o, cfg, tok.get(), *eng, prompts, n_new, sp, bench};
+    const Job job{o, m.cfg, tok.get(), *eng, prompts, n_new, sp, bench};
     Progress pr;
     if (o.beams > 1) beam_searches(job, pr);
     else if (prompts.size() == 1 && !bench && !o.out.json) stream_one(job, pr);
     else generate_batch(job, pr);
     const double total = seconds_since(pr.t0);
-
     if (o.stats)
         print_stats(o, use_cuda, prompts, *eng, {load_s, warm_s, pr.ttft, pr.t_decode, total, pr.generated, progress});
     return 0;

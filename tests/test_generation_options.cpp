@@ -3,7 +3,8 @@
 // (its processor's rule written out here, the engine's raw logits underneath; and transformers'
 // own ids from tests/fixtures/sampler_refs.json when present), beam search with the penalty,
 // the logits handed to the callback for log-probabilities (equal to the golden logits), a
-// callback that ends a request (stop strings). CPU engine; the CUDA engine when a GPU is present.
+// callback that ends a request (stop strings), step counters above 2^32 drawing as sample_cpu.
+// CPU engine; the CUDA engine when a GPU is present.
 #include <set>
 
 #include "decoding.h"
@@ -144,6 +145,51 @@ TEST(CallbackLogits, GpuEqualGoldenAndDrawsDoNotChange) {
         with.back().want_logits = true;
     }
     EXPECT_EQ(generate(*eng, with, {}), generate(*eng, plain, {}));
+}
+
+// Step counters are 64-bit end to end: with steps above 2^32, an engine's draws (prefill and a
+// batched decode) are sample_cpu's on the logits they came from at the same step, and not those
+// at the step's low 32 bits (where a counter narrowed to 32 bits would draw).
+void expect_draws_use_whole_step(Engine& eng, const Fixture& f) {
+    const SamplingParams s{2.0f, 0, 1.0f, 3};
+    const uint64_t big = (uint64_t(1) << 32) + 7;
+    const int V = f.cfg.vocab, B = 3;
+    std::vector<float> logits;
+    std::vector<int> seqs, ids;
+    std::vector<uint64_t> steps;
+    int mismatches = 0, as_narrowed = 0, draws = 0;
+    auto check = [&](int id, const float* l, uint64_t step) {
+        mismatches += id != sample_cpu(l, V, s, step);
+        as_narrowed += id == sample_cpu(l, V, s, (uint32_t)step);
+        draws++;
+    };
+    for (int k = 0; k < B; k++) {
+        seqs.push_back(eng.new_sequence());
+        ids.push_back(eng.prefill_sample(seqs.back(), {5, 9, 2, 7 + k}, s, big + k, &logits));
+        check(ids.back(), logits.data(), big + k);
+    }
+    for (int step = 1; step <= 5; step++) {
+        steps.clear();
+        for (int k = 0; k < B; k++) steps.push_back(big + 1000 * (uint64_t)step + k);
+        ids = eng.decode_sample(seqs, ids, std::vector<SamplingParams>(B, s), steps, &logits);
+        for (int k = 0; k < B; k++) check(ids[k], logits.data() + (size_t)k * V, steps[k]);
+    }
+    for (int q : seqs) eng.free_sequence(q);
+    EXPECT_LE(mismatches, 1) << "of " << draws << " draws";  // a boundary moved by rounding is rare
+    EXPECT_LT(as_narrowed, draws / 2) << "the draws follow the low 32 bits of the step";
+}
+
+TEST(StepCounters, CpuDrawsUseTheWholeStep) {
+    Fixture f("olmo3_swa_yarn");
+    auto eng = make_cpu_engine(f.cfg, f.ckpt, f.seq_len(), 8);
+    expect_draws_use_whole_step(*eng, f);
+}
+
+TEST(StepCounters, GpuDrawsUseTheWholeStep) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped";
+    Fixture f("olmo3_swa_yarn");
+    auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::F32, 64, 4);
+    expect_draws_use_whole_step(*eng, f);
 }
 
 // A callback returning true ends its request after that token; the others run on.

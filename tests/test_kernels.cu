@@ -342,11 +342,14 @@ std::vector<double> reference_distribution(const std::vector<float>& logits, con
     return p;
 }
 
-// GPU draws for steps 0 .. n-1, one launch each (the device step counter moves between them).
-template <typename T> std::vector<int> gpu_draws(const T* logits, int V, const SamplingParams& s, int n) {
-    std::vector<int> steps(n);
-    std::iota(steps.begin(), steps.end(), 0);
-    DeviceArray<int> d_steps(steps), d_ids(n);
+// GPU draws for steps first .. first + n - 1, one launch each (the device step counter moves
+// between them).
+template <typename T>
+std::vector<int> gpu_draws(const T* logits, int V, const SamplingParams& s, int n, uint64_t first = 0) {
+    std::vector<uint64_t> steps(n);
+    std::iota(steps.begin(), steps.end(), first);
+    DeviceArray<uint64_t> d_steps(steps);
+    DeviceArray<int> d_ids(n);
     for (int j = 0; j < n; j++)
         sample(d_ids.get() + j, logits, V, s, d_steps.get() + j, 0);
     return d_ids.download();
@@ -465,6 +468,25 @@ TYPED_TEST(Kernels, SampleMatchesCpuSamplerWithTies) {
         expect_matches_cpu_sampler<TypeParam>(c, 16, this->rng);
 }
 
+// Steps above 2^32 (the API's counters are 64-bit): the kernel draws what sample_cpu draws at
+// the same step, not what it draws at the step's low 32 bits (as a 32-bit counter would).
+TYPED_TEST(Kernels, SampleStepAbove2To32MatchesCpuSampler) {
+    using T = TypeParam;
+    const int V = 50304, n = 16;
+    const std::vector<float> x = rounded<T>(randn(V, this->rng, 0.0f, 2.5f));
+    DeviceArray<T> d_x(to_dtype<T>(x));
+    const SamplingParams s{1.0f, 0, 1.0f, 21};
+    const uint64_t first = (uint64_t(1) << 32) + 5;
+    const std::vector<int> ids = gpu_draws(d_x.get(), V, s, n, first);
+    int mismatches = 0, as_narrowed = 0;
+    for (int j = 0; j < n; j++) {
+        mismatches += ids[j] != sample_cpu(x.data(), V, s, first + j);
+        as_narrowed += ids[j] == sample_cpu(x.data(), V, s, (uint32_t)(first + j));
+    }
+    EXPECT_LE(mismatches, 1) << this->name("step 2^32 + 5.. ");
+    EXPECT_LT(as_narrowed, n / 2) << this->name("the draws follow the low 32 bits of the step ");
+}
+
 // Min-p after top-k and top-p: a cut by count (the candidates within depth -ln(min_p)), alone,
 // after the others, on ties, with min_p = 1 (the ties of the best only) and with a cut deeper
 // than the candidates that weigh anything (nothing to do).
@@ -559,7 +581,7 @@ TEST_F(SamplingStats, FrequenciesMatchRenormalizedSoftmax) {
 TEST(SamplingParams, InvalidSettingsThrow) {
     int* out = nullptr;
     const float* logits = nullptr;
-    const int* step = nullptr;
+    const uint64_t* step = nullptr;
     EXPECT_THROW(sample(out, logits, 100, SamplingParams{0.0f, 0, 1.0f}, step, 0), Error);
     EXPECT_THROW(sample(out, logits, 100, SamplingParams{1.0f, -1, 1.0f}, step, 0), Error);
     EXPECT_THROW(sample(out, logits, 100, SamplingParams{1.0f, 0, 0.0f}, step, 0), Error);
@@ -596,7 +618,8 @@ TEST_F(Timing, SamplingAtVocab100k) {
     const int V = 100352;
     const std::vector<float> x = randn(V, rng, 0.0f, 2.0f);
     DeviceArray<float> d_x(x);
-    DeviceArray<int> d_id(1), d_step(std::vector<int>{0});
+    DeviceArray<int> d_id(1);
+    DeviceArray<uint64_t> d_step(std::vector<uint64_t>{0});
     std::printf("  argmax fp32 V=%d: %.1f us\n", V, time_us([&] { argmax(d_id.get(), d_x.get(), V, 0); }));
     EXPECT_EQ(d_id.download()[0], cpu::argmax(x.data(), V));
     for (const SamplingParams& s : {SamplingParams{1.0f, 0, 1.0f, 1}, SamplingParams{0.7f, 50, 1.0f, 1},

@@ -2,8 +2,9 @@
 
 The same attention (flash prefill, flash-decoding), LayerNorm/RMSNorm and RoPE kernels the
 engine runs, on CUDA tensors in float32, float16 or bfloat16 (Hopper, sm_90a), on the current
-CUDA stream. Build once with `pip install --no-build-isolation -e python/` from the repository
-root; `python3 -m olmo_kernels.bench` compares the attention with SDPA's.
+CUDA stream. Build once with `python3 -m pip install --no-build-isolation --no-deps -e python/`
+from the repository root (no network needed; README.md says more); `python3 -m olmo_kernels.bench`
+compares the attention with SDPA's.
 
 Attention tensors have SDPA's shape [batch, heads, seq, head_dim]. They are read in place when
 their memory is ordered [batch, seq, heads, head_dim], which is what
@@ -15,8 +16,9 @@ Causal attention with fewer queries than keys puts the queries at the last posit
 (bottom-right aligned, as flash-attn; SDPA's is_causal aligns top-left).
 A window W keeps, for the query at position i, the keys i - W + 1 .. i.
 
-Every op checks its arguments and raises ValueError / TypeError naming the op and the argument
-(shape, dtype, device, head size, lengths); a kernel's own refusal is a RuntimeError. Lengths
+Every op checks its arguments before it reads them and raises ValueError / TypeError naming the
+op and the argument (shape, dtype, device, head size, lengths, non-finite scalars); a kernel's
+own refusal is a RuntimeError. Empty inputs give empty outputs. Lengths
 are host integers (a list, or a tensor, which is read back to the host). Ops that upload small
 position and block-table arrays do so with a pinned non-blocking copy, so they are not for use
 inside CUDA-graph capture.
@@ -35,7 +37,8 @@ try:
     from . import _C
 except ImportError as e:  # pragma: no cover - depends on the build
     raise ImportError(
-        "olmo_kernels._C is not built (or not for this torch): run `pip install --no-build-isolation -e python/` "
+        "olmo_kernels._C is not built (or not for this torch): run "
+        "`python3 -m pip install --no-build-isolation --no-deps -e python/` "
         f"from the repository root on a machine with nvcc and a CUDA build of torch ({e})") from e
 
 from .kv_cache import KVCache

@@ -1,8 +1,14 @@
-// binding.cpp: the torch side of olmo_kernels._C. Every op checks its tensors here (device,
-// dtype, shapes, layouts, lengths against shapes) with TORCH_CHECK_* and raises a Python
-// ValueError or TypeError naming the op and the argument; then it brings the tensors into the
-// layout the kernels read, sets up the kernels' position and block-table arrays, and calls
-// ops.h on the current CUDA stream. Defaults and docstrings live in olmo_kernels/__init__.py.
+// binding.cpp: the torch side of olmo_kernels._C. Every op checks its arguments here, before it
+// reads any size past a tensor's dim() or touches its data (device, dtype, dims, shapes agreeing,
+// head size, lengths against shapes, scalars finite), and raises a Python ValueError or
+// TypeError naming the op and the argument; then it brings the tensors into the layout the
+// kernels read, sets up the kernels' position and block-table arrays, and calls ops.h on the
+// current CUDA stream. Defaults and docstrings live in olmo_kernels/__init__.py.
+//
+// Errors. A failed check throws ArgError, which this module's own exception translator (local
+// to the module, tried before any other) turns into the Python exception it names; the
+// engine's olmo::Error (a kernel's or config.json's refusal) becomes RuntimeError the same way.
+// So an argument error never depends on how torch's translator handles c10's error types.
 //
 // Layouts. Attention takes SDPA's shape [B, H, S, D]. The kernels read each sequence's rows as
 // [S, H*D] (head h of token s at s*H*D + h*D), so a tensor is used in place when its memory is
@@ -24,12 +30,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common.h"
 #include "config.h"
 #include "ops.h"
 
@@ -40,6 +48,31 @@ using olmo::ext::DType;
 
 // ---- argument checks ----
 
+// A bad argument: the Python exception type to raise and its message.
+struct ArgError : std::runtime_error {
+    PyObject* type;
+    ArgError(PyObject* t, const std::string& msg) : std::runtime_error(msg), type(t) {}
+};
+
+// CHECK_VALUE(cond, parts...) raises ValueError(c10::str(parts...)) when cond is false; the
+// message is built only then. CHECK_TYPE raises TypeError.
+#define CHECK_WITH(type, cond, ...)                                  \
+    do {                                                             \
+        if (!(cond)) throw ArgError(type, c10::str(__VA_ARGS__));    \
+    } while (0)
+#define CHECK_VALUE(cond, ...) CHECK_WITH(PyExc_ValueError, cond, __VA_ARGS__)
+#define CHECK_TYPE(cond, ...) CHECK_WITH(PyExc_TypeError, cond, __VA_ARGS__)
+
+void translate_errors(std::exception_ptr p) {
+    try {
+        if (p) std::rethrow_exception(p);
+    } catch (const ArgError& e) {
+        PyErr_SetString(e.type, e.what());
+    } catch (const olmo::Error& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+}
+
 DType dtype_of(const at::Tensor& t, const char* who, const char* what) {
     switch (t.scalar_type()) {
         case at::kFloat: return DType::F32;
@@ -47,28 +80,28 @@ DType dtype_of(const at::Tensor& t, const char* who, const char* what) {
         case at::kBFloat16: return DType::BF16;
         default: break;
     }
-    TORCH_CHECK_TYPE(false, who, ": ", what, " must be float32, float16 or bfloat16, got ", t.scalar_type());
+    CHECK_TYPE(false, who, ": ", what, " must be float32, float16 or bfloat16, got ", t.scalar_type());
     return DType::F32;
 }
 
 void check_cuda(const at::Tensor& t, const at::Tensor& ref, const char* who, const char* what) {
-    TORCH_CHECK_TYPE(t.is_cuda(), who, ": ", what, " must be a CUDA tensor, got one on ", t.device());
-    TORCH_CHECK_VALUE(t.device() == ref.device(), who, ": ", what, " is on ", t.device(), ", the first tensor on ",
-                      ref.device());
+    CHECK_TYPE(t.is_cuda(), who, ": ", what, " must be a CUDA tensor, got one on ", t.device());
+    CHECK_VALUE(t.device() == ref.device(), who, ": ", what, " is on ", t.device(), ", the first tensor on ",
+                ref.device());
 }
 
 void check_same_dtype(const at::Tensor& t, const at::Tensor& ref, const char* who, const char* what) {
-    TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), who, ": ", what, " is ", t.scalar_type(), ", q is ",
-                     ref.scalar_type(), " (one dtype for q, k and v)");
+    CHECK_TYPE(t.scalar_type() == ref.scalar_type(), who, ": ", what, " is ", t.scalar_type(), ", q is ",
+               ref.scalar_type(), " (one dtype for q, k and v)");
 }
 
 void check_int_tensor(const at::Tensor& t, const char* who, const char* what) {
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, who, ": ", what,
-                     " must be an int32 or int64 tensor, got ", t.scalar_type());
+    CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, who, ": ", what,
+               " must be an int32 or int64 tensor, got ", t.scalar_type());
 }
 
 int checked_int(int64_t v, const char* who, const char* what) {
-    TORCH_CHECK_VALUE(v >= 0 && v <= INT_MAX, who, ": ", what, " = ", v, " does not fit the kernels' int");
+    CHECK_VALUE(v >= 0 && v <= INT_MAX, who, ": ", what, " = ", v, " does not fit the kernels' int");
     return (int)v;
 }
 
@@ -105,17 +138,17 @@ char* elem_ptr(at::Tensor& t, int64_t b) {
 // Host lengths -> std::vector, each in [lo, hi].
 std::vector<int64_t> checked_lengths(const std::vector<int64_t>& lengths, int64_t batch, int64_t lo, int64_t hi,
                                      const char* who, const char* why) {
-    TORCH_CHECK_VALUE((int64_t)lengths.size() == batch, who, ": ", lengths.size(), " lengths for a batch of ", batch);
+    CHECK_VALUE((int64_t)lengths.size() == batch, who, ": ", lengths.size(), " lengths for a batch of ", batch);
     for (size_t b = 0; b < lengths.size(); b++)
-        TORCH_CHECK_VALUE(lengths[b] >= lo && lengths[b] <= hi, who, ": lengths[", b, "] = ", lengths[b],
-                          " is not in [", lo, ", ", hi, "] (", why, ")");
+        CHECK_VALUE(lengths[b] >= lo && lengths[b] <= hi, who, ": lengths[", b, "] = ", lengths[b],
+                    " is not in [", lo, ", ", hi, "] (", why, ")");
     return lengths;
 }
 
 // The block size that holds n keys in one block: the next power of two >= n, at least 8 (the
 // kernels' smallest).
 int pow2_at_least(int64_t n) {
-    TORCH_CHECK_VALUE(n <= (1 << 30), "olmo_kernels: ", n, " keys in one sequence exceed 2^30");
+    CHECK_VALUE(n <= (1 << 30), "olmo_kernels: ", n, " keys in one sequence exceed 2^30");
     int p = 8;
     while (p < n) p *= 2;
     return p;
@@ -142,14 +175,14 @@ struct Queries {
 };
 
 Queries queries(const char* who, const at::Tensor& q, bool whole_batch) {
-    TORCH_CHECK_VALUE(q.dim() == 4, who, ": q must be 4-D [batch, heads, seq, head_dim] (SDPA's layout), got shape ",
-                      q.sizes());
-    TORCH_CHECK_TYPE(q.is_cuda(), who, ": q must be a CUDA tensor, got one on ", q.device());
+    CHECK_VALUE(q.dim() == 4, who, ": q must be 4-D [batch, heads, seq, head_dim] (SDPA's layout), got shape ",
+                q.sizes());
+    CHECK_TYPE(q.is_cuda(), who, ": q must be a CUDA tensor, got one on ", q.device());
     Queries r;
     r.dtype = dtype_of(q, who, "q");
     r.B = q.size(0), r.nH = q.size(1), r.T = q.size(2), r.hd = q.size(3);
-    TORCH_CHECK_VALUE(olmo::ext::attention_supports_head_dim((int)std::min<int64_t>(r.hd, INT_MAX)), who,
-                      ": head_dim ", r.hd, " is not supported (multiples of 8 up to 256)");
+    CHECK_VALUE(olmo::ext::attention_supports_head_dim((int)std::min<int64_t>(r.hd, INT_MAX)), who,
+                ": head_dim ", r.hd, " is not supported (multiples of 8 up to 256)");
     r.q = bshd(q, whole_batch);
     r.out = at::empty({r.B, r.T, r.nH, r.hd}, q.options());
     return r;
@@ -157,8 +190,8 @@ Queries queries(const char* who, const at::Tensor& q, bool whole_batch) {
 
 // nKV from a K/V tensor's head count, checked against q's.
 int64_t kv_heads(const char* who, const Queries& qs, int64_t nKV) {
-    TORCH_CHECK_VALUE(nKV > 0 && qs.nH % nKV == 0, who, ": q's ", qs.nH, " heads are not a multiple of k's ", nKV,
-                      " heads (GQA: query head h reads KV head h / (nH / nKV))");
+    CHECK_VALUE(nKV > 0 && qs.nH % nKV == 0, who, ": q's ", qs.nH, " heads are not a multiple of k's ", nKV,
+                " heads (GQA: query head h reads KV head h / (nH / nKV))");
     return nKV;
 }
 
@@ -168,11 +201,11 @@ void check_kv(const char* who, const at::Tensor& q, const at::Tensor& k, const a
     check_cuda(v, q, who, "v");
     check_same_dtype(k, q, who, "k");
     check_same_dtype(v, q, who, "v");
-    TORCH_CHECK_VALUE(k.dim() == 4 && k.sizes() == v.sizes(), who,
-                      ": k and v must be 4-D [batch, kv_heads, seq, head_dim] of one shape, got ", k.sizes(), " and ",
-                      v.sizes());
-    TORCH_CHECK_VALUE(k.size(0) == qs.B && k.size(3) == qs.hd, who, ": q ", q.sizes(), " and k ", k.sizes(),
-                      " differ in batch or head_dim");
+    CHECK_VALUE(k.dim() == 4 && k.sizes() == v.sizes(), who,
+                ": k and v must be 4-D [batch, kv_heads, seq, head_dim] of one shape, got ", k.sizes(), " and ",
+                v.sizes());
+    CHECK_VALUE(k.size(0) == qs.B && k.size(3) == qs.hd, who, ": q ", q.sizes(), " and k ", k.sizes(),
+                " differ in batch or head_dim");
     kv_heads(who, qs, k.size(1));
 }
 
@@ -187,8 +220,15 @@ AttnArgs base_args(const Queries& qs, int64_t nKV, int64_t window, double scale)
     return a;
 }
 
-void check_window(const char* who, int64_t window) {
-    TORCH_CHECK_VALUE(window >= 0 && window <= INT_MAX, who, ": window must be None or a positive int, got ", window);
+// The attention ops' scalars: window 0 (none) or a positive int, scale finite.
+void check_scalars(const char* who, int64_t window, double scale) {
+    CHECK_VALUE(window >= 0 && window <= INT_MAX, who, ": window must be None or a positive int, got ", window);
+    CHECK_VALUE(std::isfinite(scale), who, ": scale must be finite, got ", scale);
+}
+
+// An op's float parameter (eps, attention factor): finite and at least lo.
+void check_finite(const char* who, const char* what, double x, double lo) {
+    CHECK_VALUE(std::isfinite(x) && x >= lo, who, ": ", what, " must be finite and >= ", lo, ", got ", x);
 }
 
 // The prefill kernel, one launch per sequence: sequence b's T queries are the last T of its
@@ -223,8 +263,8 @@ at::Tensor workspace(const Queries& qs, int s_cap, int batch, int n_q) {
 
 void check_decode_rows(const char* who, const Queries& qs, int64_t nKV, int64_t n_q, const char* instead) {
     const int64_t rows = n_q * (qs.nH / nKV), max_rows = olmo::ext::attention_decode_max_rows();
-    TORCH_CHECK_VALUE(rows <= max_rows, who, ": ", n_q, " queries x ", qs.nH / nKV, " query heads per KV head = ", rows,
-                      " rows per KV head; the decode kernel takes at most ", max_rows, " (", instead, ")");
+    CHECK_VALUE(rows <= max_rows, who, ": ", n_q, " queries x ", qs.nH / nKV, " query heads per KV head = ", rows,
+                " rows per KV head; the decode kernel takes at most ", max_rows, " (", instead, ")");
 }
 
 // Non-causal attention: every query sees every key. It runs on the decode kernel, each query
@@ -261,14 +301,14 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     const char* who = "flash_attention";
     Queries qs = queries(who, q, false);
     check_kv(who, q, k, v, qs);
-    check_window(who, window);
+    check_scalars(who, window, scale);
     const int64_t Sk = k.size(2), nKV = k.size(1);
-    TORCH_CHECK_VALUE(!causal || qs.T <= Sk, who, ": causal attention of ", qs.T, " queries over ", Sk,
-                      " keys: the queries are the last Sq positions of the keys, so Sq <= Sk");
-    TORCH_CHECK_VALUE(causal || window == 0, who, ": a window needs causal=True");
-    TORCH_CHECK_VALUE(qs.T == 0 || Sk > 0, who, ": no keys");
+    CHECK_VALUE(!causal || qs.T <= Sk, who, ": causal attention of ", qs.T, " queries over ", Sk,
+                " keys: the queries are the last Sq positions of the keys, so Sq <= Sk");
+    CHECK_VALUE(causal || window == 0, who, ": a window needs causal=True");
+    CHECK_VALUE(qs.T == 0 || Sk > 0, who, ": no keys");
     checked_int(Sk, who, "the key length");
-    if (qs.T == 0 || qs.B == 0) return qs.out.transpose(1, 2);
+    if (qs.out.numel() == 0) return qs.out.transpose(1, 2);  // no queries, heads or batch
     const c10::cuda::CUDAGuard guard(q.device());
     cudaStream_t stream = current_stream();
     const at::Tensor kt = bshd(k, false), vt = bshd(v, false);
@@ -310,14 +350,14 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
     const char* who = "decode_attention";
     Queries qs = queries(who, q, true);
     check_kv(who, q, k_cache, v_cache, qs);
-    check_window(who, window);
+    check_scalars(who, window, scale);
     const int64_t S = k_cache.size(2), nKV = k_cache.size(1);
     checked_int(S, who, "the cache length");
     const auto lengths = checked_lengths(lengths_in, qs.B, std::max<int64_t>(qs.T, 1), S, who,
                                          "keys per sequence, the queries' own included, at most the cache length");
     check_decode_rows(who, qs, nKV, qs.T, "use flash_attention for longer chunks");
-    TORCH_CHECK_VALUE(qs.B <= 32767, who, ": batch ", qs.B, " is over the kernel's 32767");
-    if (qs.T == 0 || qs.B == 0) return qs.out.transpose(1, 2);
+    CHECK_VALUE(qs.B <= 32767, who, ": batch ", qs.B, " is over the kernel's 32767");
+    if (qs.out.numel() == 0) return qs.out.transpose(1, 2);  // no queries, heads or batch
     const c10::cuda::CUDAGuard guard(q.device());
     cudaStream_t stream = current_stream();
     const at::Tensor kt = bshd(k_cache, false), vt = bshd(v_cache, false);
@@ -368,21 +408,21 @@ Pool paged_inputs(const char* who, const at::Tensor& q, const Queries& qs, const
     check_cuda(v_pool, q, who, "v_pool");
     check_same_dtype(k_pool, q, who, "k_pool");
     check_same_dtype(v_pool, q, who, "v_pool");
-    TORCH_CHECK_VALUE(k_pool.dim() == 4 && k_pool.sizes() == v_pool.sizes(), who,
-                      ": k_pool and v_pool must be 4-D [num_blocks, block_size, kv_heads, head_dim] of one shape, "
-                      "got ",
-                      k_pool.sizes(), " and ", v_pool.sizes());
-    TORCH_CHECK_VALUE(k_pool.size(3) == qs.hd, who, ": k_pool's head_dim ", k_pool.size(3), " is not q's ", qs.hd);
-    TORCH_CHECK_VALUE(k_pool.is_contiguous() && v_pool.is_contiguous() && aligned16(k_pool) && aligned16(v_pool), who,
-                      ": k_pool and v_pool must be contiguous (they are written in place by rope_qkv)");
+    CHECK_VALUE(k_pool.dim() == 4 && k_pool.sizes() == v_pool.sizes(), who,
+                ": k_pool and v_pool must be 4-D [num_blocks, block_size, kv_heads, head_dim] of one shape, "
+                "got ",
+                k_pool.sizes(), " and ", v_pool.sizes());
+    CHECK_VALUE(k_pool.size(3) == qs.hd, who, ": k_pool's head_dim ", k_pool.size(3), " is not q's ", qs.hd);
+    CHECK_VALUE(k_pool.is_contiguous() && v_pool.is_contiguous() && aligned16(k_pool) && aligned16(v_pool), who,
+                ": k_pool and v_pool must be contiguous (they are written in place by rope_qkv)");
     Pool p{k_pool, v_pool, k_pool.size(0), k_pool.size(1), kv_heads(who, qs, k_pool.size(2))};
-    TORCH_CHECK_VALUE(p.bs >= 8 && (p.bs & (p.bs - 1)) == 0, who, ": block_size ", p.bs,
-                      " must be a power of two >= 8");
-    TORCH_CHECK_VALUE(p.blocks * p.bs <= INT_MAX, who, ": the pools' ", p.blocks * p.bs, " rows exceed 2^31 - 1");
+    CHECK_VALUE(p.bs >= 8 && (p.bs & (p.bs - 1)) == 0, who, ": block_size ", p.bs,
+                " must be a power of two >= 8");
+    CHECK_VALUE(p.blocks * p.bs <= INT_MAX, who, ": the pools' ", p.blocks * p.bs, " rows exceed 2^31 - 1");
     check_cuda(table, q, who, "block_table");
-    TORCH_CHECK_TYPE(table.scalar_type() == at::kInt, who, ": block_table must be int32, got ", table.scalar_type());
-    TORCH_CHECK_VALUE(table.dim() == 2 && table.size(0) == qs.B && (table.size(1) <= 1 || table.stride(1) == 1), who,
-                      ": block_table must be [batch, max_blocks] with rows contiguous, got ", table.sizes());
+    CHECK_TYPE(table.scalar_type() == at::kInt, who, ": block_table must be int32, got ", table.scalar_type());
+    CHECK_VALUE(table.dim() == 2 && table.size(0) == qs.B && (table.size(1) <= 1 || table.stride(1) == 1), who,
+                ": block_table must be [batch, max_blocks] with rows contiguous, got ", table.sizes());
     checked_int(table.stride(0), who, "block_table's row stride");
     return p;
 }
@@ -397,15 +437,15 @@ void check_table_entries(const char* who, const at::Tensor& table, const Pool& p
         const int64_t lo = window > 0 ? std::max<int64_t>(0, lengths[b] - n_q - window + 1) : 0;
         first[b] = (int)(lo / p.bs);
         end[b] = (int)((lengths[b] + p.bs - 1) / p.bs);
-        TORCH_CHECK_VALUE(end[b] <= M, who, ": sequence ", b, " has ", lengths[b], " positions, its block_table row ",
-                          M, " blocks of ", p.bs);
+        CHECK_VALUE(end[b] <= M, who, ": sequence ", b, " has ", lengths[b], " positions, its block_table row ",
+                    M, " blocks of ", p.bs);
     }
     const at::Tensor j = at::arange(M, table.options()).unsqueeze(0);
     const at::Tensor lo = upload(first, table.device()).unsqueeze(1), hi = upload(end, table.device()).unsqueeze(1);
     const at::Tensor used = (j >= lo) & (j < hi);
     const at::Tensor bad = used & ((table < 0) | (table >= p.blocks));
-    TORCH_CHECK_VALUE(!bad.any().item<bool>(), who, ": block_table has an entry outside [0, ", p.blocks,
-                      ") among the blocks the lengths use");
+    CHECK_VALUE(!bad.any().item<bool>(), who, ": block_table has an entry outside [0, ", p.blocks,
+                ") among the blocks the lengths use");
 }
 
 at::Tensor paged_attention(const char* who, bool decode, const at::Tensor& q, const at::Tensor& k_pool,
@@ -413,14 +453,14 @@ at::Tensor paged_attention(const char* who, bool decode, const at::Tensor& q, co
                            int64_t window, double scale, bool check_table) {
     Queries qs = queries(who, q, decode);
     const Pool p = paged_inputs(who, q, qs, k_pool, v_pool, table);
-    check_window(who, window);
+    check_scalars(who, window, scale);
     const auto lengths = checked_lengths(lengths_in, qs.B, std::max<int64_t>(qs.T, 1), table.size(1) * p.bs, who,
                                          "keys per sequence, the queries' own included, within the block table");
     if (decode) {
         check_decode_rows(who, qs, p.nKV, qs.T, "use paged_flash_attention for longer chunks");
-        TORCH_CHECK_VALUE(qs.B <= 32767, who, ": batch ", qs.B, " is over the kernel's 32767");
+        CHECK_VALUE(qs.B <= 32767, who, ": batch ", qs.B, " is over the kernel's 32767");
     }
-    if (qs.T == 0 || qs.B == 0) return qs.out.transpose(1, 2);
+    if (qs.out.numel() == 0) return qs.out.transpose(1, 2);  // no queries, heads or batch
     const c10::cuda::CUDAGuard guard(q.device());
     if (check_table) check_table_entries(who, table, p, lengths, qs.T, window);
     cudaStream_t stream = current_stream();
@@ -463,15 +503,15 @@ at::Tensor as_rows(const at::Tensor& x, int64_t H) {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     const char* who = "rms_norm";
-    TORCH_CHECK_TYPE(x.is_cuda(), who, ": x must be a CUDA tensor, got one on ", x.device());
+    CHECK_TYPE(x.is_cuda(), who, ": x must be a CUDA tensor, got one on ", x.device());
     const DType xt = dtype_of(x, who, "x"), wt = dtype_of(weight, who, "weight");
     check_cuda(weight, x, who, "weight");
-    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) > 0, who, ": weight must be 1-D and not empty, got ",
-                      weight.sizes());
+    CHECK_VALUE(weight.dim() == 1 && weight.size(0) > 0, who, ": weight must be 1-D and not empty, got ",
+                weight.sizes());
     const int64_t H = weight.size(0);
-    TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == H, who, ": x's last dim must be weight's ", H, ", got x ",
-                      x.sizes());
-    TORCH_CHECK_VALUE(eps >= 0, who, ": eps must be >= 0");
+    CHECK_VALUE(x.dim() >= 1 && x.size(-1) == H, who, ": x's last dim must be weight's ", H, ", got x ",
+                x.sizes());
+    check_finite(who, "eps", eps, 0.0);
     at::Tensor out = at::empty(x.sizes(), x.options());
     if (x.numel() == 0) return out;
     const c10::cuda::CUDAGuard guard(x.device());
@@ -484,10 +524,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 at::Tensor layer_norm(const at::Tensor& x, double eps) {
     const char* who = "layer_norm";
-    TORCH_CHECK_TYPE(x.is_cuda(), who, ": x must be a CUDA tensor, got one on ", x.device());
+    CHECK_TYPE(x.is_cuda(), who, ": x must be a CUDA tensor, got one on ", x.device());
     const DType xt = dtype_of(x, who, "x");
-    TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) > 0, who, ": x must have a non-empty last dim, got ", x.sizes());
-    TORCH_CHECK_VALUE(eps >= 0, who, ": eps must be >= 0");
+    CHECK_VALUE(x.dim() >= 1 && x.size(-1) > 0, who, ": x must have a non-empty last dim, got ", x.sizes());
+    check_finite(who, "eps", eps, 0.0);
     at::Tensor out = at::empty(x.sizes(), x.options());
     if (x.numel() == 0) return out;
     const c10::cuda::CUDAGuard guard(x.device());
@@ -501,37 +541,37 @@ at::Tensor layer_norm(const at::Tensor& x, double eps) {
 // ---- RoPE ----
 
 at::Tensor device_inv_freq(const char* who, const at::Tensor& inv_freq, int64_t hd, const at::Device& device) {
-    TORCH_CHECK_VALUE(hd % 2 == 0, who, ": head_dim ", hd, " is odd");
-    TORCH_CHECK_VALUE(inv_freq.dim() == 1 && inv_freq.size(0) == hd / 2, who, ": inv_freq must be [head_dim / 2] = [",
-                      hd / 2, "], got ", inv_freq.sizes());
-    TORCH_CHECK_TYPE(inv_freq.is_floating_point(), who, ": inv_freq must be a float tensor, got ",
-                     inv_freq.scalar_type());
+    CHECK_VALUE(hd % 2 == 0, who, ": head_dim ", hd, " is odd");
+    CHECK_VALUE(inv_freq.dim() == 1 && inv_freq.size(0) == hd / 2, who, ": inv_freq must be [head_dim / 2] = [",
+                hd / 2, "], got ", inv_freq.sizes());
+    CHECK_TYPE(inv_freq.is_floating_point(), who, ": inv_freq must be a float tensor, got ",
+               inv_freq.scalar_type());
     return inv_freq.to(device, at::kFloat).contiguous();
 }
 
-at::Tensor device_ints(const char* who, const char* what, const at::Tensor& t, const at::Device& device) {
-    check_int_tensor(t, who, what);
-    return t.to(device, at::kInt).contiguous();
-}
+// An int tensor (checked by check_int_tensor) as contiguous int32 on `device`.
+at::Tensor device_ints(const at::Tensor& t, const at::Device& device) { return t.to(device, at::kInt).contiguous(); }
 
 // The rope_qkv kernel with no key or value heads rotates the rows of any [rows, H*D] tensor
 // into q_out: the plain RoPE op (the pool pointers are then never used; cache_row must still
 // point at `rows` ints, and gets the positions).
 at::Tensor rope(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq, double attn_factor) {
     const char* who = "rope";
-    TORCH_CHECK_VALUE(x.dim() == 4, who, ": x must be 4-D [batch, heads, seq, head_dim] (SDPA's layout), got shape ",
-                      x.sizes());
-    TORCH_CHECK_TYPE(x.is_cuda(), who, ": x must be a CUDA tensor, got one on ", x.device());
+    CHECK_VALUE(x.dim() == 4, who, ": x must be 4-D [batch, heads, seq, head_dim] (SDPA's layout), got shape ",
+                x.sizes());
+    CHECK_TYPE(x.is_cuda(), who, ": x must be a CUDA tensor, got one on ", x.device());
     const DType xt = dtype_of(x, who, "x");
     const int64_t B = x.size(0), H = x.size(1), S = x.size(2), D = x.size(3);
     const at::Tensor freq = device_inv_freq(who, inv_freq, D, x.device());
-    TORCH_CHECK_VALUE((positions.dim() == 1 && positions.size(0) == S) ||
-                          (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == S),
-                      who, ": positions must be [seq] or [batch, seq] = [", B, ", ", S, "], got ", positions.sizes());
+    CHECK_VALUE((positions.dim() == 1 && positions.size(0) == S) ||
+                    (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == S),
+                who, ": positions must be [seq] or [batch, seq] = [", B, ", ", S, "], got ", positions.sizes());
+    check_int_tensor(positions, who, "positions");
+    check_finite(who, "attention_factor", attn_factor, 0.0);
     at::Tensor out = at::empty({B, S, H, D}, x.options());
     if (x.numel() == 0) return out.transpose(1, 2);
     const c10::cuda::CUDAGuard guard(x.device());
-    const at::Tensor pos = device_ints(who, "positions", positions, x.device()).expand({B, S}).contiguous();
+    const at::Tensor pos = device_ints(positions, x.device()).expand({B, S}).contiguous();
     const at::Tensor rows = bshd(x, true);
     olmo::ext::RopeArgs a{};
     a.cache_type = a.qkv_type = xt;
@@ -552,8 +592,8 @@ void check_in_range(const char* who, const char* what, const at::Tensor& t, int6
     if (t.numel() == 0) return;
     const auto mm = at::aminmax(t);
     const int64_t lo = std::get<0>(mm).item<int64_t>(), top = std::get<1>(mm).item<int64_t>();
-    TORCH_CHECK_VALUE(lo >= 0 && top < hi, who, ": ", what, " must lie in [0, ", hi, "), got values in [", lo, ", ",
-                      top, "]");
+    CHECK_VALUE(lo >= 0 && top < hi, who, ": ", what, " must lie in [0, ", hi, "), got values in [", lo, ", ",
+                top, "]");
 }
 
 // The engine's op as it is: qkv [T, (nH + 2 nKV) * hd] -> q [T, nH, hd] rotated, rotated keys
@@ -562,33 +602,37 @@ at::Tensor rope_qkv(const at::Tensor& qkv, const at::Tensor& positions, const at
                     const at::Tensor& v_pool, const at::Tensor& slots, const at::Tensor& inv_freq, double attn_factor,
                     bool check_slots) {
     const char* who = "rope_qkv";
-    TORCH_CHECK_TYPE(qkv.is_cuda(), who, ": qkv must be a CUDA tensor, got one on ", qkv.device());
+    CHECK_TYPE(qkv.is_cuda(), who, ": qkv must be a CUDA tensor, got one on ", qkv.device());
     const DType xt = dtype_of(qkv, who, "qkv"), ct = dtype_of(k_pool, who, "k_pool");
     check_cuda(k_pool, qkv, who, "k_pool");
     check_cuda(v_pool, qkv, who, "v_pool");
-    TORCH_CHECK_TYPE(v_pool.scalar_type() == k_pool.scalar_type(), who, ": v_pool is ", v_pool.scalar_type(),
-                     ", k_pool ", k_pool.scalar_type());
-    TORCH_CHECK_TYPE(xt == DType::F32 || xt == ct, who, ": qkv must be float32 or the pools' dtype ",
-                     k_pool.scalar_type(), ", got ", qkv.scalar_type());
-    TORCH_CHECK_VALUE(k_pool.dim() == 4 && k_pool.sizes() == v_pool.sizes() && k_pool.is_contiguous() &&
-                          v_pool.is_contiguous(),
-                      who, ": k_pool and v_pool must be contiguous 4-D [num_blocks, block_size, kv_heads, head_dim] "
-                      "of one shape, got ", k_pool.sizes(), " and ", v_pool.sizes());
+    CHECK_TYPE(v_pool.scalar_type() == k_pool.scalar_type(), who, ": v_pool is ", v_pool.scalar_type(),
+               ", k_pool ", k_pool.scalar_type());
+    CHECK_TYPE(xt == DType::F32 || xt == ct, who, ": qkv must be float32 or the pools' dtype ",
+               k_pool.scalar_type(), ", got ", qkv.scalar_type());
+    CHECK_VALUE(k_pool.dim() == 4 && k_pool.sizes() == v_pool.sizes() && k_pool.is_contiguous() &&
+                    v_pool.is_contiguous(),
+                who, ": k_pool and v_pool must be contiguous 4-D [num_blocks, block_size, kv_heads, head_dim] "
+                "of one shape, got ", k_pool.sizes(), " and ", v_pool.sizes());
     const int64_t nKV = k_pool.size(2), hd = k_pool.size(3), pool_rows = k_pool.size(0) * k_pool.size(1);
-    TORCH_CHECK_VALUE(qkv.dim() == 2 && nKV > 0 && hd > 0 && qkv.size(1) % hd == 0 && qkv.size(1) / hd > 2 * nKV, who,
-                      ": qkv must be [tokens, (n_heads + 2 * ", nKV, ") * ", hd, "] with n_heads > 0, got ",
-                      qkv.sizes());
+    CHECK_VALUE(qkv.dim() == 2 && nKV > 0 && hd > 0 && qkv.size(1) % hd == 0 && qkv.size(1) / hd > 2 * nKV, who,
+                ": qkv must be [tokens, (n_heads + 2 * ", nKV, ") * ", hd, "] with n_heads > 0, got ",
+                qkv.sizes());
     const int64_t T = qkv.size(0), nH = qkv.size(1) / hd - 2 * nKV;
-    TORCH_CHECK_VALUE(positions.dim() == 1 && positions.size(0) == T && slots.dim() == 1 && slots.size(0) == T, who,
-                      ": positions and slots must be [tokens] = [", T, "], got ", positions.sizes(), " and ",
-                      slots.sizes());
+    CHECK_VALUE(positions.dim() == 1 && positions.size(0) == T && slots.dim() == 1 && slots.size(0) == T, who,
+                ": positions and slots must be [tokens] = [", T, "], got ", positions.sizes(), " and ",
+                slots.sizes());
+    check_int_tensor(positions, who, "positions");
+    check_int_tensor(slots, who, "slots");
+    check_finite(who, "attention_factor", attn_factor, 0.0);
+    CHECK_VALUE(pool_rows <= INT_MAX, who, ": the pools' ", pool_rows, " rows exceed 2^31 - 1");
     const at::Tensor freq = device_inv_freq(who, inv_freq, hd, qkv.device());
     at::Tensor q = at::empty({T, nH, hd}, k_pool.options());
     if (T == 0) return q;
     const c10::cuda::CUDAGuard guard(qkv.device());
-    const at::Tensor pos = device_ints(who, "positions", positions, qkv.device());
-    const at::Tensor rows = device_ints(who, "slots", slots, qkv.device());
-    if (check_slots) check_in_range(who, "slots", rows, pool_rows);
+    if (check_slots) check_in_range(who, "slots", slots, pool_rows);  // before int32 could wrap them
+    const at::Tensor pos = device_ints(positions, qkv.device());
+    const at::Tensor rows = device_ints(slots, qkv.device());
     const at::Tensor x = qkv.contiguous();
     olmo::ext::RopeArgs a{};
     a.cache_type = ct;
@@ -600,9 +644,9 @@ at::Tensor rope_qkv(const at::Tensor& qkv, const at::Tensor& positions, const at
     a.rows = checked_int(T, who, "tokens");
     a.pos = pos.data_ptr<int>();
     a.cache_row = rows.data_ptr<int>();
-    a.n_heads = (int)nH;
-    a.n_kv_heads = (int)nKV;
-    a.head_dim = (int)hd;
+    a.n_heads = checked_int(nH, who, "n_heads");
+    a.n_kv_heads = checked_int(nKV, who, "kv_heads");
+    a.head_dim = checked_int(hd, who, "head_dim");
     a.inv_freq = freq.data_ptr<float>();
     a.attn_factor = (float)attn_factor;
     olmo::ext::rope_qkv(a, current_stream());
@@ -618,11 +662,15 @@ at::Tensor to_tensor(const std::vector<float>& v) {
 at::Tensor rope_inv_freq(int64_t head_dim, double theta, bool yarn, double factor, int64_t original_max_pos,
                          double beta_fast, double beta_slow) {
     const char* who = "rope_inv_freq";
-    TORCH_CHECK_VALUE(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 4096, who,
-                      ": head_dim must be even and positive, got ", head_dim);
-    TORCH_CHECK_VALUE(theta > 1, who, ": theta must be > 1, got ", theta);
-    TORCH_CHECK_VALUE(!yarn || (factor > 0 && original_max_pos > 0), who,
-                      ": YaRN needs factor > 0 and original_max_position_embeddings > 0");
+    CHECK_VALUE(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 4096, who,
+                ": head_dim must be even, positive and at most 4096, got ", head_dim);
+    CHECK_VALUE(std::isfinite(theta) && theta > 1, who, ": theta must be finite and > 1, got ", theta);
+    if (yarn) {
+        CHECK_VALUE(original_max_pos > 0, who, ": YaRN needs original_max_position_embeddings > 0");
+        for (const auto& [name, x] : {std::pair<const char*, double>{"factor", factor}, {"beta_fast", beta_fast},
+                                      {"beta_slow", beta_slow}})
+            CHECK_VALUE(std::isfinite(x) && x > 0, who, ": YaRN's ", name, " must be finite and > 0, got ", x);
+    }
     olmo::RopeConfig r;
     r.theta = (float)theta;
     r.yarn = yarn;
@@ -630,7 +678,10 @@ at::Tensor rope_inv_freq(int64_t head_dim, double theta, bool yarn, double facto
     r.original_max_pos = checked_int(original_max_pos, who, "original_max_position_embeddings");
     r.beta_fast = (float)beta_fast;
     r.beta_slow = (float)beta_slow;
-    return to_tensor(r.inv_freq((int)head_dim));
+    const std::vector<float> f = r.inv_freq((int)head_dim);
+    for (float x : f)
+        CHECK_VALUE(std::isfinite(x) && x > 0, who, ": these parameters give non-finite or zero frequencies");
+    return to_tensor(f);
 }
 
 // config.json (and generation_config.json) of a checkpoint folder, as the engine reads it.
@@ -666,6 +717,7 @@ pybind11::dict load_config(const std::string& dir) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "olmo.cu's CUDA kernels (kernels/*.cuh); use the wrappers in olmo_kernels, which document them";
+    pybind11::register_local_exception_translator(&translate_errors);
     m.def("flash_attention", &flash_attention);
     m.def("decode_attention", &decode_attention);
     m.def("paged_flash_attention", &paged_flash_attention);
