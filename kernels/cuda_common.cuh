@@ -84,14 +84,14 @@ inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintp
 // kernel<<<grid, block, smem, stream>>>(args...) with n launch attributes (a cluster shape, a
 // programmatic dependent launch; n may be 0).
 template <typename... Params, typename... Args>
-void launch_with(const cudaLaunchAttribute* attrs, int n, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+void launch_with(cudaLaunchAttribute* attrs, int n, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                  cudaStream_t stream, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cfg.attrs = const_cast<cudaLaunchAttribute*>(attrs);
+    cfg.attrs = attrs;
     cfg.numAttrs = n;
     cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
@@ -127,10 +127,10 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, int smem
 
 // ---- dynamic shared memory ----
 // On sm_90 an SM has 228 KB of shared memory, of which each resident block takes a reserved
-// 1 KB, and one block may use up to 227 KB (the most of any GPU; others allow a block less:
-// device_caps().smem_per_block). A kernel gets more than the default 48 KB of
-// dynamic shared memory only after it opts in: allow_smem<kernel>(bytes), once per kernel (the
-// first call's bytes stay).
+// 1 KB, and one block may use up to 227 KB (other GPUs allow a block less:
+// device_caps().smem_per_block). A kernel gets more than the default 48 KB of dynamic shared
+// memory only after it opts in: allow_smem<kernel>(bytes), once per kernel (the first call's
+// bytes stay).
 constexpr int kSmemPerSmBytes = 228 * 1024, kSmemReservedBytes = 1024, kMaxSmemBytes = 227 * 1024;
 
 template <auto Kernel>
