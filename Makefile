@@ -37,8 +37,17 @@ CPU_TESTS := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp
 
 ifneq ($(NVCC),)
 # GPU build: src/*.cu (the CUDA engine, which includes kernels/*.cuh) joins the library.
+# A fat binary: machine code for each of CUDA_ARCHS (A100; RTX 30xx, A10, A40; L4, L40,
+# RTX 40xx; H100, H200), and PTX of CUDA_PTX (default: the last of CUDA_ARCHS without its "a";
+# empty: none) that the driver compiles for newer GPUs. The kernels choose their paths at run
+# time (src/device_caps.h). `make CUDA_ARCHS=90a CUDA_PTX=` builds for Hopper alone, each CUDA
+# object 3 to 4 times faster. After changing them: make clean.
+CUDA_ARCHS ?= 80 86 89 90a
+CUDA_PTX   ?= $(patsubst %a,%,$(lastword $(CUDA_ARCHS)))
+GENCODE    := $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a)) \
+              $(foreach p,$(CUDA_PTX),-gencode=arch=compute_$(p),code=compute_$(p))
 NVCCFLAGS ?= -O3 -g -lineinfo
-NVCCFLAGS += -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+NVCCFLAGS += -std=c++17 $(GENCODE) -DOLMO_CUDA_ARCHS='"$(CUDA_ARCHS)"' --expt-relaxed-constexpr \
              -Isrc -Ikernels -MMD -MP -Xcompiler -Wall,-Wextra,-fopenmp
 CXXFLAGS += -DOLMO_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart

@@ -8,9 +8,10 @@
 //   attention_steps.cuh    the warp-level flash steps: Q·Kᵀ, mask, online softmax, P·V
 //   attention_prefill.cuh  flash attention for a chunk of one sequence
 //   attention_decode.cuh   flash-decoding for a step of many sequences, then the merge
-// defines: attention_naive, attention_naive_workspace_bytes, attention_prefill,
-//          attention_decode, attention_decode_workspace_bytes (and, from attention_params.cuh,
-//          AttnParams, attention_supports_head_dim, attention_supported_head_dims)
+// defines: attention_device_problem, attention_naive, attention_naive_workspace_bytes,
+//          attention_prefill, attention_decode, attention_decode_workspace_bytes (and, from
+//          attention_params.cuh, AttnParams, attention_supports_head_dim,
+//          attention_supported_head_dims)
 //
 // Every kernel computes, for query token t of sequence b (absolute position i = pos0[b] + t)
 // and head h,
@@ -31,8 +32,14 @@
 //                      parallel (long sequences get more splits), then a second kernel merges them.
 // For T = float the prefill and decode entry points run a simple warp-per-row kernel instead
 // (tensor cores take 16-bit operands; fp32 serves as the exact reference path).
+//
+// GPUs. Everything here runs on sm_80 and newer (mma.sync, ldmatrix, cp.async). The flash tiles
+// are chosen by the shared memory the GPU allows a block ("Tiles by shared memory" below), and
+// decode launches as a programmatic dependent only where the GPU has that (src/device_caps.h).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <type_traits>
 
@@ -64,7 +71,43 @@ void check_params(const AttnParams<T>& p, const char* who, bool any_hd) {
         fail(w + "table_stride " + str(p.table_stride) + " blocks of " + str(p.block_size) + " do not cover s_cap = " + str(p.s_cap));
 }
 
+// Tiles by shared memory. A block may opt in to device_caps().smem_per_block bytes; the shapes
+// of attention_prefill.cuh and attention_decode.cuh where they fit (sm_90: 227 KB), else prefill
+// key tiles of 32 at HD 256 and 2 decode stages at HD 128 and 256. Per block, in KB:
+//                 prefill BN 64 | BN 32 | decode 3 stages | 2 stages
+//     HD 64            49.5     |       |      51.5       |
+//     HD 128           97.5     |       |     101.5       |   69.5
+//     HD 256          195       |  131  |     201.5       |  137.5
+// So sm_80 (163 KB) runs HD 256 on BN 32 and 2 stages, sm_86 and sm_89 (99 KB) HD 128 in 2
+// stages and no HD 256 (attention_device_problem). The smaller shapes are instantiated only
+// where some GPU needs them.
+template <int HD> int prefill_bn(int smem) {  // the prefill key tile that fits smem bytes; 0: none
+    return prefill_smem_bytes<HD, 64>() <= smem ? 64 : HD > 128 && prefill_smem_bytes<HD, 32>() <= smem ? 32 : 0;
+}
+template <int HD> int decode_stages(int smem) {  // the decode stages that fit smem bytes; 0: none
+    return decode_smem_bytes<HD, 3>() <= smem ? 3 : HD > 64 && decode_smem_bytes<HD, 2>() <= smem ? 2 : 0;
+}
+
 }  // namespace attn
+
+// Why the flash kernels cannot run head size hd (attention_supports_head_dim) on this GPU: their
+// smallest tiles need more shared memory per block than it allows (see "Tiles by shared
+// memory"); "" when they can.
+inline std::string attention_device_problem(int hd) {
+    const int smem = device_caps().smem_per_block;
+    int need = 0;
+    attn::dispatch_hd(hd, [&](auto tile) {
+        constexpr int HD = decltype(tile)::value;
+        if (attn::prefill_bn<HD>(smem) == 0 || attn::decode_stages<HD>(smem) == 0)
+            need = std::max(attn::prefill_smem_bytes<HD, HD <= 128 ? 64 : 32>(),
+                            attn::decode_smem_bytes<HD, HD <= 64 ? 3 : 2>());
+    });
+    if (need == 0) return "";
+    char why[160];
+    std::snprintf(why, sizeof why, "head_dim %d needs %.1f KiB of shared memory per block, this GPU allows %.1f KiB%s",
+                  hd, need / 1024.0, smem / 1024.0, portable() == Portable::Off ? "" : " (portable mode)");
+    return why;
+}
 
 // Bytes of fp32 scores attention_naive needs: [batch * n_q * nH, s_cap].
 inline size_t attention_naive_workspace_bytes(int batch, int n_q, int nH, int s_cap) {
@@ -90,7 +133,12 @@ void attention_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     if constexpr (std::is_same_v<T, float>) {
         attn::launch_rowwise(p, stream);
     } else {
-        attn::dispatch_hd(p.hd, [&](auto hd) { attn::launch_prefill<T, decltype(hd)::value>(p, stream); });
+        if (std::string why = attention_device_problem(p.hd); !why.empty()) fail("attention_prefill: " + why);
+        attn::dispatch_hd(p.hd, [&](auto hd) {
+            constexpr int HD = decltype(hd)::value;
+            if (attn::prefill_bn<HD>(device_caps().smem_per_block) == 64) attn::launch_prefill<T, HD, 64>(p, stream);
+            else if constexpr (HD > 128) attn::launch_prefill<T, HD, 32>(p, stream);
+        });
     }
 }
 
@@ -114,9 +162,15 @@ void attention_decode(const AttnParams<T>& p, void* workspace, cudaStream_t stre
         if (p.n_q * (p.nH / p.nKV) > attn::kDecodeRows)
             fail("attention_decode: n_q * nH / nKV = " + std::to_string(p.n_q * (p.nH / p.nKV)) +
                  " query rows per KV head exceed 16; use attention_prefill");
+        if (std::string why = attention_device_problem(p.hd); !why.empty()) fail("attention_decode: " + why);
         attn::dispatch_hd(p.hd, [&](auto hd) {
             constexpr int HD = decltype(hd)::value;
-            attn::launch_decode<T, HD>(p, workspace, attn::decode_slot_count<T, HD>(p.s_cap, p.nKV, p.batch), stream);
+            auto launch = [&](auto stages) {
+                constexpr int S = decltype(stages)::value;
+                attn::launch_decode<T, HD, S>(p, workspace, attn::decode_slot_count<T, HD, S>(p.s_cap, p.nKV, p.batch), stream);
+            };
+            if (attn::decode_stages<HD>(device_caps().smem_per_block) == 3) launch(std::integral_constant<int, 3>{});
+            else if constexpr (HD > 64) launch(std::integral_constant<int, 2>{});
         });
     }
 }

@@ -23,13 +23,14 @@
 //   m-tile is the packed group). Inside a block, tiles of 64 keys stream through STAGES
 //   cp.async buffers (3: 100 KB of shared memory at HD 128, 2 blocks per SM; at HD 256: 200 KB,
 //   one block per SM, as it would be with 2 stages, and 3 keep as many bytes in flight per SM
-//   as at HD 128). Warp w takes keys 16w .. 16w+15 of each tile and keeps its own
-//   online-softmax state (m, l, o) over them. At the end the 4 warps' states merge through
-//   shared memory and the block writes, per row, o_s and lse_s.
+//   as at HD 128; where a block may have less, 2 stages: attention.cuh). Warp w takes keys
+//   16w .. 16w+15 of each tile and keeps its own online-softmax state (m, l, o) over them. At
+//   the end the 4 warps' states merge through shared memory and the block writes, per row, o_s
+//   and lse_s.
 // Combine kernel: one block per (token, head) row, over its sequence's splits, in one pass with
 //   a running max (the online softmax again, over splits). It is launched as a programmatic
-//   dependent of the split kernel: its blocks start while the split kernel drains and wait
-//   (grid_dependency_wait) until its writes are visible.
+//   dependent of the split kernel where the GPU has those (launch_dependent): its blocks start
+//   while the split kernel drains and wait (grid_dependency_wait) until its writes are visible.
 #pragma once
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // attention_prefill.cuh: flash attention (FlashAttention-2) for a chunk of queries of one
 // sequence, on mma.sync tensor cores.
 // defines: attn::kPrefillBM, attn::kPrefillBN, attn::PrefillShape, attn::attention_prefill_kernel,
-//          attn::launch_prefill
+//          attn::prefill_smem_bytes, attn::launch_prefill
 //
 // A block owns BM = 128 query rows Q_b (the g = nH/nKV heads of one KV head, for BM/g tokens)
 // and never holds a score matrix: it walks the keys it can see in tiles of BN = 64,
@@ -22,7 +22,8 @@
 //   entries of tile i+2 are read). Only tiles that some row sees partially (the diagonal, the
 //   window's start) apply the element mask.
 //   Shared memory: Q 128 x HD + 2 stages x (K, V) BN x HD = 96 KB at HD 128, BN 64 (and the
-//   table rings, 1.5 KB): 2 blocks per SM; 192 KB at HD 256: one block (8 warps) per SM.
+//   table rings, 1.5 KB): 2 blocks per SM; 192 KB at HD 256: one block (8 warps) per SM. GPUs
+//   that allow a block less (sm_80: 163 KB) run HD 256 on key tiles of BN = 32 (attention.cuh).
 //   Registers: o (16·MT x HD / 32 lanes = 128 fp32 at HD 128 and 256) + s (MT·BN/2 fp32): at
 //   most 255 per thread, without spills.
 #pragma once
@@ -114,13 +115,19 @@ __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::M
         }
 }
 
+// Shared memory of a prefill block: the Q tile, 2 stages of K and V tiles, the table rings.
+template <int HD, int BN>
+constexpr int prefill_smem_bytes() {
+    return (kPrefillBM + 4 * BN) * HD * 2 + PrefillShape<HD>::WARPS * kTableRingBytes;
+}
+
 template <typename T, int HD, int BN = kPrefillBN>
 void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     using Shape = PrefillShape<HD>;
     const int g = p.nH / p.nKV, tokens = kPrefillBM / g;
     if (tokens == 0) fail("attention_prefill: more than 128 query heads per KV head");
     constexpr auto kernel = attention_prefill_kernel<T, HD, BN>;
-    constexpr int smem = (kPrefillBM + 4 * BN) * HD * 2 + Shape::WARPS * kTableRingBytes;
+    constexpr int smem = prefill_smem_bytes<HD, BN>();
     static_assert(smem <= kMaxSmemBytes && (smem + kSmemReservedBytes) * Shape::MIN_BLOCKS <= kSmemPerSmBytes,
                   "MIN_BLOCKS blocks fit in an SM's shared memory");
     allow_smem<kernel>(smem);

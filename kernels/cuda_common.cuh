@@ -1,8 +1,8 @@
 // cuda_common.cuh: what every CUDA file of the engine shares.
 // defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, aligned16,
 //          aligned, SumOp, MaxOp, MinOp, warp_reduce, block_reduce, grid_dependency_wait,
-//          allow_dependent_launch, launch_dependent, allow_smem, kSmemPerSmBytes,
-//          kSmemReservedBytes, kMaxSmemBytes
+//          allow_dependent_launch, launch_with, launch_dependent, allow_smem, kSmemPerSmBytes,
+//          kSmemReservedBytes, kMaxSmemBytes (and, from src/device_caps.h, what the GPU offers)
 //
 // Errors: every CUDA / cuBLAS call is wrapped, and a failure throws olmo::Error naming
 // file:line, the statement's text and the library's message. After each kernel launch,
@@ -23,6 +23,7 @@
 #include <string>
 
 #include "common.h"
+#include "device_caps.h"
 
 namespace olmo {
 
@@ -78,37 +79,58 @@ template <typename T> constexpr int kVec = 16 / sizeof(T);
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// ---- programmatic dependent launch (griddepcontrol) ----
-// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start before
-// the kernel ahead of it in the stream finishes, once that one allows it (or exits):
-// grid_dependency_wait() blocks until the kernel ahead has finished and its writes are visible;
-// allow_dependent_launch() lets the kernel behind start early (it must wait before reading us).
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+// ---- launches with attributes; programmatic dependent launch (griddepcontrol) ----
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch: its
-// blocks may start before the previous kernel in the stream has finished, and must execute
-// grid_dependency_wait() before touching what that kernel writes.
+// kernel<<<grid, block, smem, stream>>>(args...) with n launch attributes (a cluster shape, a
+// programmatic dependent launch; n may be 0).
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
-    cudaLaunchAttribute pdl;
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
+void launch_with(cudaLaunchAttribute* attrs, int n, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                 cudaStream_t stream, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cfg.attrs = &pdl;
-    cfg.numAttrs = 1;
+    cfg.attrs = attrs;
+    cfg.numAttrs = n;
     cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start before
+// the kernel ahead of it in the stream finishes, once that one allows it (or exits):
+// grid_dependency_wait() blocks until the kernel ahead has finished and its writes are visible;
+// allow_dependent_launch() lets the kernel behind start early (it must wait before reading us).
+// Before sm_90 there are no dependent launches (device_caps().pdl is false): the kernel ahead
+// has finished when a kernel starts, and both are no-ops.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch where
+// the GPU has them (device_caps().pdl), else as a plain one: its blocks may start before the
+// previous kernel in the stream has finished, and must execute grid_dependency_wait() before
+// touching what that kernel writes.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    launch_with(&pdl, device_caps().pdl ? 1 : 0, kernel, grid, block, smem, stream, args...);
 }
 
 // ---- dynamic shared memory ----
 // On sm_90 an SM has 228 KB of shared memory, of which each resident block takes a reserved
-// 1 KB, and one block may use up to 227 KB. A kernel gets more than the default 48 KB of
-// dynamic shared memory only after it opts in: allow_smem<kernel>(bytes), once per kernel (the
-// first call's bytes stay).
+// 1 KB, and one block may use up to 227 KB (other GPUs allow a block less:
+// device_caps().smem_per_block). A kernel gets more than the default 48 KB of dynamic shared
+// memory only after it opts in: allow_smem<kernel>(bytes), once per kernel (the first call's
+// bytes stay).
 constexpr int kSmemPerSmBytes = 228 * 1024, kSmemReservedBytes = 1024, kMaxSmemBytes = 227 * 1024;
 
 template <auto Kernel>

@@ -44,11 +44,15 @@
 // through distributed shared memory, and every block gathers the same window, so all blocks
 // make the same decisions without broadcasts. One launch, no workspace. *step is read on the
 // device, so a captured CUDA graph draws a fresh number on each replay once the caller advances
-// it. Non-finite input: if any logit is NaN or Inf, both kernels write -1 instead of an id
-// (as sample_cpu returns), which the engine reports as an error.
+// it. Without clusters (before sm_90, portable mode: src/device_caps.h), or where the slices do
+// not fit a block's shared memory, one block does the same steps with the same code (a group
+// of one block, OneBlock) and reads the logits from global memory at each pass: the same
+// integers, so the same token. Non-finite input: if any logit is NaN or Inf, the kernels write
+// -1 instead of an id (as sample_cpu returns), which the engine reports as an error.
 #pragma once
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda_common.cuh"
@@ -217,13 +221,25 @@ struct Shared {
     unsigned within;              // this block's candidates within the min-p depth
 };
 // The block's slice of the logits (as float) follows Shared in dynamic shared memory.
-constexpr size_t kMaxSharedBytes = sizeof(Shared) + sizeof(float) * slice_size(kMaxVocab - 1);
+constexpr int kMaxSharedBytes = sizeof(Shared) + sizeof(float) * slice_size(kMaxVocab - 1);
+// Static shared memory of the kernels (block_reduce, block_inclusive_scan): under 1 KB.
+constexpr int kStaticSharedBytes = 1024;
 
-// One block's view of the cluster: its slice, the scores, the current window.
+// One block alone, with the calls of cg::cluster_group that Cluster makes.
+struct OneBlock {
+    __device__ void sync() const { __syncthreads(); }
+    __device__ unsigned block_rank() const { return 0; }
+    __device__ unsigned num_blocks() const { return 1; }
+    template <typename U> __device__ U* map_shared_rank(U* p, unsigned) const { return p; }
+};
+
+// One block's view of the group that samples (cg::cluster_group or OneBlock): its slice of the
+// logits (L: float in shared memory, or T in global memory), the scores, the current window.
+template <typename Group, typename L>
 struct Cluster {
-    cg::cluster_group group;
+    Group group;
     Shared& sh;
-    const float* slice;  // logits of ids first .. first + n - 1
+    const L* slice;  // logits of ids first .. first + n - 1
     int first, n;
     Scores s;
     Window window;
@@ -234,7 +250,7 @@ struct Cluster {
     template <typename F> __device__ void for_each(F f) const {
         for (int base = 0; base < n; base += blockDim.x) {
             const int j = base + threadIdx.x;
-            f(j < n ? first + j : -1, j < n ? slice[j] : 0.0f);
+            f(j < n ? first + j : -1, j < n ? to_float(slice[j]) : 0.0f);
         }
     }
 
@@ -262,16 +278,16 @@ struct Cluster {
     // the bins over the cluster and writes the sums back to every block (the shares are disjoint).
     __device__ void sum_over_cluster(Histogram& h) {
         group.sync();  // every block's h is complete
-        constexpr int share = kBins / kCluster;
+        const int blocks = (int)group.num_blocks(), share = kBins / blocks;
         const int first_bin = (int)group.block_rank() * share;
         for (int b = first_bin + threadIdx.x; b < first_bin + share; b += blockDim.x) {
             unsigned count = 0;
             u64 weight = 0;
-            for (int r = 0; r < kCluster; r++) {
+            for (int r = 0; r < blocks; r++) {
                 const Histogram* other = group.map_shared_rank(&h, r);
                 count += other->count[b], weight += other->weight[b];
             }
-            for (int r = 0; r < kCluster; r++) {
+            for (int r = 0; r < blocks; r++) {
                 Histogram* other = group.map_shared_rank(&h, r);
                 other->count[b] = count, other->weight[b] = weight;
             }
@@ -327,7 +343,7 @@ struct Cluster {
         group.sync();  // every block has collected its own
         const int j = threadIdx.x;
         w.n = 0;  // thread j copies the j-th candidate, in block order
-        for (int r = 0; r < kCluster; r++) {
+        for (int r = 0; r < (int)group.num_blocks(); r++) {
             const int count = *group.map_shared_rank(&sh.found_count[buffer], r);
             if (w.n <= j && j < w.n + count) sh.list[j] = group.map_shared_rank(sh.found[buffer], r)[j - w.n];
             w.n += count;
@@ -345,7 +361,7 @@ struct Cluster {
         if (threadIdx.x == 0) sh.within = mine;
         group.sync();
         u64 total = 0;
-        for (int r = 0; r < kCluster; r++) total += *group.map_shared_rank(&sh.within, r);
+        for (int r = 0; r < (int)group.num_blocks(); r++) total += *group.map_shared_rank(&sh.within, r);
         return total;
     }
 
@@ -391,21 +407,16 @@ __device__ inline u64 nucleus_target(float top_p, u64 total) {
     return max(1ull, min(total, (u64)ceil((double)top_p * (double)total)));
 }
 
-template <typename T, int N>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
-sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const uint64_t* step) {
-    extern __shared__ __align__(16) unsigned char shared_bytes[];
-    Shared& sh = *reinterpret_cast<Shared*>(shared_bytes);
-    float* slice = reinterpret_cast<float*>(shared_bytes + sizeof(Shared));
-    const cg::cluster_group group = cg::this_cluster();
-    const int first = (int)group.block_rank() * slice_size(V), n = max(0, min(slice_size(V), V - first));
-
-    float hi, lo;
-    load_slice<N>(slice, logits + min(first, V), n, hi, lo);
+// The steps of the header by every block of `group`, each holding candidates first .. first+n-1
+// in `slice` and their largest (hi) and smallest (lo, -inf for any NaN or Inf) logit: the token
+// drawn goes to *out_id.
+template <typename Group, typename L>
+__device__ void sample_from(Group group, Shared& sh, const L* slice, int first, int n, float hi, float lo, int* out_id,
+                            int V, const SamplingParams& p, const uint64_t* step) {
     hi = block_reduce(hi, MaxOp{}), lo = block_reduce(lo, MinOp{});
     if (threadIdx.x == 0) sh.extremes[0] = hi, sh.extremes[1] = lo;
     group.sync();
-    for (int r = 0; r < kCluster; r++) {
+    for (int r = 0; r < (int)group.num_blocks(); r++) {
         const float* other = group.map_shared_rank(sh.extremes, r);
         hi = fmaxf(hi, other[0]), lo = fminf(lo, other[1]);
     }
@@ -415,7 +426,7 @@ sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const uint6
         return;
     }
     const float max_score = hi / p.temperature, range = fminf(kMaxDepth, max_score - lo / p.temperature);
-    Cluster c{group, sh, slice, first, n, Scores{p.temperature, max_score, kTail / fmaxf(range, 1e-6f)}};
+    Cluster<Group, L> c{group, sh, slice, first, n, Scores{p.temperature, max_score, kTail / fmaxf(range, 1e-6f)}};
     c.build_histogram(sh.depth, [&](int, float x) { return c.s.bin(x); });
 
     Kept kept{0, (u64)V, sh.depth.weight[kBins - 1]};
@@ -432,6 +443,34 @@ sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const uint6
     const Kept drawn = c.select(__umul64hi(u, kept.weight) + 1, true, kept);  // target floor(u * W) + 1
     if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = rank_id(drawn.cut);
     group.sync();  // no block exits while another may still read its shared memory
+}
+
+// A cluster of kCluster blocks (the launch sets the cluster shape; clusters exist from sm_90 on,
+// and sample() launches this kernel only there), each with its slice in shared memory.
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads) sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const uint64_t* step) {
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(16) unsigned char shared_bytes[];
+    float* slice = reinterpret_cast<float*>(shared_bytes + sizeof(Shared));
+    const cg::cluster_group group = cg::this_cluster();
+    const int first = (int)group.block_rank() * slice_size(V), n = max(0, min(slice_size(V), V - first));
+    float hi, lo;
+    load_slice<N>(slice, logits + min(first, V), n, hi, lo);
+    sample_from(group, *reinterpret_cast<Shared*>(shared_bytes), slice, first, n, hi, lo, out_id, V, p, step);
+#endif
+}
+
+// One block over all V logits, read from global memory at each pass (no clusters needed).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sample_one_block_kernel(int* out_id, const T* logits, int V, SamplingParams p,
+                                                                    const uint64_t* step) {
+    extern __shared__ __align__(16) unsigned char shared_bytes[];
+    float hi = -INFINITY, lo = INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        const float x = to_float(logits[i]);
+        hi = fmaxf(hi, x), lo = isfinite(x) ? fminf(lo, x) : -INFINITY;
+    }
+    sample_from(OneBlock{}, *reinterpret_cast<Shared*>(shared_bytes), logits, 0, V, hi, lo, out_id, V, p, step);
 }
 
 // Calls f(i, logit_i) for every i < V, kItems consecutive logits per thread per step, read as
@@ -488,12 +527,21 @@ void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const 
     if (p.top_k < 0) fail("sample: top_k must be >= 0, got " + std::to_string(p.top_k));
     if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("sample: top_p must be in (0, 1], got " + std::to_string(p.top_p));
     if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) fail("sample: min_p must be in [0, 1], got " + std::to_string(p.min_p));
-    allow_smem<sample_kernel<T, kVec<T>>>((int)kMaxSharedBytes);  // more than the default 48 KiB
-    allow_smem<sample_kernel<T, 1>>((int)kMaxSharedBytes);
-    const size_t bytes = sizeof(Shared) + sizeof(float) * slice_size(V);
-    auto kernel = aligned16(logits) ? sample_kernel<T, kVec<T>> : sample_kernel<T, 1>;
-    kernel<<<kCluster, kThreads, bytes, stream>>>(out_id, logits, V, p, step);
-    cudaCheckLaunch();
+    const DeviceCaps caps = device_caps();
+    const int bytes = sizeof(Shared) + sizeof(float) * slice_size(V), dynamic_max = caps.smem_per_block - kStaticSharedBytes;
+    if (caps.clusters && bytes <= dynamic_max) {
+        allow_smem<sample_kernel<T, kVec<T>>>(std::min(kMaxSharedBytes, dynamic_max));  // more than the default 48 KiB
+        allow_smem<sample_kernel<T, 1>>(std::min(kMaxSharedBytes, dynamic_max));
+        cudaLaunchAttribute cluster;
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim = {kCluster, 1, 1};
+        launch_with(&cluster, 1, aligned16(logits) ? sample_kernel<T, kVec<T>> : sample_kernel<T, 1>, kCluster, kThreads,
+                    bytes, stream, out_id, logits, V, p, step);
+    } else {
+        allow_smem<sample_one_block_kernel<T>>((int)sizeof(Shared));
+        sample_one_block_kernel<T><<<1, kThreads, sizeof(Shared), stream>>>(out_id, logits, V, p, step);
+        cudaCheckLaunch();
+    }
 }
 
 }  // namespace olmo

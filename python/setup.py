@@ -12,7 +12,8 @@ Sources: olmo_kernels/csrc/ops.cu includes kernels/*.cuh (the engine's kernels, 
 and is compiled with the engine's NVCC flags (the Makefile's NVCCFLAGS: -std=c++17, sm_90a,
 --expt-relaxed-constexpr, -Isrc -Ikernels); binding.cpp holds the torch side and gets torch's
 own C++ flags; engine_config.cpp compiles src/config.cpp and src/common.cpp (config.json and
-the RoPE/YaRN frequencies). Needs nvcc, the torch it builds against and nlohmann-json's header
+the RoPE/YaRN frequencies), engine_caps.cu src/device_caps.cu (what the GPU offers the
+kernels). Needs nvcc, the torch it builds against and nlohmann-json's header
 (/usr/include/nlohmann, as the engine's build); no network.
 """
 import os
@@ -24,8 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 os.chdir(HERE)  # the paths below are relative to python/, wherever this is run from
 
-# The engine's flags. With a -gencode here torch adds none of its own (the engine builds for
-# sm_90a only), and with -std here it adds no other standard.
+# The engine's flags, for Hopper (sm_90a) as `make CUDA_ARCHS=90a CUDA_PTX=`. With a -gencode
+# here torch adds none of its own, and with -std here it adds no other standard.
 NVCC_FLAGS = [
     "-O3", "-lineinfo", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr",
     # torch defines these for every .cu it builds; the engine does not, so the kernels compile
@@ -43,7 +44,7 @@ setup(
         CUDAExtension(
             name="olmo_kernels._C",
             sources=["olmo_kernels/csrc/binding.cpp", "olmo_kernels/csrc/ops.cu",
-                     "olmo_kernels/csrc/engine_config.cpp"],
+                     "olmo_kernels/csrc/engine_config.cpp", "olmo_kernels/csrc/engine_caps.cu"],
             include_dirs=[os.path.join(ROOT, "src"), os.path.join(ROOT, "kernels")],
             extra_compile_args={"cxx": ["-O2"], "nvcc": NVCC_FLAGS},
         )

@@ -685,11 +685,15 @@ bool cuda_available() {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-// The attention kernels' head sizes. (To be the kernels' own predicate.)
+// The attention kernels' head sizes; with a GPU present, also whether this build has code for
+// it and whether the head size's attention tiles fit its shared memory (device_caps.h).
 std::string cuda_unsupported_reason(const ModelConfig& c) {
-    if (attention_supports_head_dim(c.head_dim)) return "";
-    return "head_dim " + std::to_string(c.head_dim) + " is not supported by the CUDA engine (" +
-           attention_supported_head_dims() + ")";
+    if (!attention_supports_head_dim(c.head_dim))
+        return "head_dim " + std::to_string(c.head_dim) + " is not supported by the CUDA engine (" +
+               attention_supported_head_dims() + ")";
+    if (!cuda_available()) return "";
+    if (std::string why = device_problem(); !why.empty()) return why;
+    return attention_device_problem(c.head_dim);
 }
 
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt,

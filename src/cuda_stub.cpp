@@ -1,10 +1,15 @@
 // cuda_stub.cpp: the CUDA entry points of a CPU-only build (no nvcc at build time).
 #ifndef OLMO_CUDA
 #include "common.h"
+#include "device_caps.h"
 #include "engine.h"
 #include "memory_check.h"
 
 namespace olmo {
+DeviceCaps device_caps() { return {}; }
+std::string device_problem() { return "this build has no CUDA support"; }
+void set_portable(Portable) {}
+Portable portable() { return Portable::Off; }
 bool cuda_available() { return false; }
 size_t gpu_free_bytes() { return 0; }
 std::string cuda_unsupported_reason(const ModelConfig&) { return "this build has no CUDA support"; }

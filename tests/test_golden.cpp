@@ -1,7 +1,9 @@
 // test_golden.cpp: every fixture in tests/fixtures against transformers' activations, on the
 // CPU reference (fp32, rel-L2 <= 1e-5 per tensor) and, when a GPU is present, on the CUDA
-// engine (fp32 mode rel-L2 <= 1e-4; bf16 mode within 2e-2 of the fp32 reference). Greedy ids
-// must equal transformers' generate() exactly (fp32 paths).
+// engine (fp32 mode rel-L2 <= 1e-4; bf16 mode within 2e-2 of the fp32 reference, also in
+// portable mode: the kernel paths of GPUs without Hopper's features, src/device_caps.h).
+// Greedy ids must equal transformers' generate() exactly (fp32 paths).
+#include "device_caps.h"
 #include "golden.h"
 
 using namespace olmo;
@@ -54,14 +56,24 @@ TEST_P(Golden, GpuFp32MatchesTransformers) {
 // layers.1.mlp measured 1.88e-2, its worst decode step 2.27e-2 (H200). tests/hf_bf16_error.py
 // puts HF transformers' own bf16 run at 2.30e-2 on that step, and fp32 math on the
 // bf16-rounded weights alone at 1.42e-2.
+void expect_bf16_close(const std::string& name, const std::string& what) {
+    Fixture f(name);
+    auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::BF16);
+    print_worst(name + " " + what, check_prefill(*eng, f.golden, 2e-2));
+    DecodeErr e = check_decode(*eng, f.golden, 2e-2, 2.5e-2);
+    std::printf("%s %s decode_logits rel-L2 %.2e, worst step %.2e\n", name.c_str(), what.c_str(), e.tensor, e.worst_step);
+}
+
 TEST_P(Golden, GpuBf16CloseToReference) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU golden test skipped";
-    Fixture f(GetParam());
-    auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::BF16);
-    print_worst(GetParam() + " gpu bf16", check_prefill(*eng, f.golden, 2e-2));
-    DecodeErr e = check_decode(*eng, f.golden, 2e-2, 2.5e-2);
-    std::printf("%s gpu bf16 decode_logits rel-L2 %.2e, worst step %.2e\n", GetParam().c_str(), e.tensor,
-                e.worst_step);
+    expect_bf16_close(GetParam(), "gpu bf16");
+}
+
+// As on an sm_86 or sm_89: no dependent launches, the attention tiles of 99 KB per block.
+TEST_P(Golden, GpuBf16PortableCloseToReference) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU golden test skipped";
+    PortableScope portable(Portable::Sm86);
+    expect_bf16_close(GetParam(), "gpu bf16 portable");
 }
 
 // FP8 weights (bf16 activations) against the fp32 reference, printed next to bf16's above:

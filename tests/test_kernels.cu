@@ -11,7 +11,11 @@
 // in T. Shapes are awkward on purpose: one row, odd rows, widths that are not a multiple of the
 // 16-byte vector (the scalar path), misaligned pointers, GQA, large positions.
 // Sampling: determinism, top_k = 1 equals argmax, agreement with sample_cpu draw by draw, draws
-// inside the top-k / top-p set, and draw frequencies against the renormalized softmax.
+// inside the top-k / top-p set, and draw frequencies against the renormalized softmax. Every draw
+// compared with sample_cpu is made by the cluster sampler (on Hopper) and again in portable mode
+// (src/device_caps.h) by the one-block sampler of GPUs without clusters, which must draw the same
+// token; so is the non-finite check. With OLMO_PORTABLE=1 the other tests run on one block too.
+// DeviceCaps: what the kernels see of the GPU, and portable mode.
 // Tests named Timing.* print speeds (leave them out under compute-sanitizer).
 #include <gtest/gtest.h>
 
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "cpu_ops.h"
+#include "device_caps.h"
 #include "elementwise.cuh"
 #include "engine.h"
 #include "kernel_test_util.cuh"
@@ -395,7 +400,10 @@ TYPED_TEST(Kernels, NonFiniteLogitsGiveMinusOne) {
                 const std::string what = this->name(fmt("V=%d %f at %d ", V, bad, at));
                 EXPECT_EQ(d_id.download()[0], -1) << "argmax " << what;
                 const SamplingParams s{0.8f, 0, 0.95f, 3};
-                EXPECT_EQ(gpu_draws(d_x.get(), V, s, 1)[0], -1) << "sample " << what;
+                for (Portable mode : {Portable::Off, Portable::Sm86}) {  // the cluster sampler on sm_90, then one block
+                    PortableScope portable(mode);
+                    EXPECT_EQ(gpu_draws(d_x.get(), V, s, 1)[0], -1) << "sample " << what << " portable " << (int)mode;
+                }
                 EXPECT_EQ(sample_cpu(x.data(), V, s, 0), -1) << "sample_cpu " << what;
             }
 }
@@ -430,7 +438,11 @@ template <typename T> void expect_matches_cpu_sampler(const SamplerCase& c, int 
     std::vector<float> padded(c.offset, 9.0f);
     padded.insert(padded.end(), x.begin(), x.end());
     DeviceArray<T> d_x(to_dtype<T>(padded));
-    const std::vector<int> ids = gpu_draws(d_x.get() + c.offset, c.V, c.s, n);
+    auto draws_in = [&](Portable mode) {
+        PortableScope portable(mode);
+        return gpu_draws(d_x.get() + c.offset, c.V, c.s, n);
+    };
+    const std::vector<int> ids = draws_in(Portable::Off), one_block = draws_in(Portable::Sm86);
     const std::vector<double> p = reference_distribution(x, c.s);
     int mismatches = 0, outside = 0;
     for (int j = 0; j < n; j++) {
@@ -443,6 +455,7 @@ template <typename T> void expect_matches_cpu_sampler(const SamplerCase& c, int 
                 outside);
     EXPECT_EQ(outside, 0) << what;
     EXPECT_LE(mismatches, n >= 16 ? 1 : 0) << what;  // a boundary moved by rounding is rare
+    EXPECT_EQ(one_block, ids) << what << ": the one-block sampler (portable mode) drew other tokens";
 }
 
 // The kernel resolves each target in a window of <= 1024 candidates gathered from its depth
@@ -578,6 +591,30 @@ TEST_F(SamplingStats, FrequenciesMatchRenormalizedSoftmax) {
     }
 }
 
+// What the kernels see of the GPU (src/device_caps.h): on Hopper the sm_90 paths (clusters,
+// dependent launches, 227 KB per block), and portable mode turns them off and caps the shared
+// memory.
+TEST(DeviceCaps, HopperPathsAndPortableMode) {
+    SKIP_WITHOUT_GPU();
+    PortableScope off(Portable::Off);
+    const DeviceCaps c = device_caps();
+    std::printf("  compute %d.%d, clusters %d, dependent launch %d, %d KiB of shared memory per block\n", c.major,
+                c.minor, c.clusters, c.pdl, c.smem_per_block / 1024);
+    EXPECT_EQ(device_problem(), "");
+    EXPECT_GE(c.major, 8);
+    if (c.major == 9) {
+        EXPECT_TRUE(c.clusters && c.pdl);
+        EXPECT_EQ(c.smem_per_block, 227 * 1024);
+    }
+    for (Portable mode : {Portable::Sm86, Portable::Sm80}) {
+        PortableScope portable(mode);
+        const DeviceCaps p = device_caps();
+        EXPECT_FALSE(p.clusters || p.pdl);
+        EXPECT_EQ(p.smem_per_block, std::min(c.smem_per_block, kSmemBytes[(int)mode]));
+        EXPECT_EQ(p.major * 10 + p.minor, c.major * 10 + c.minor);
+    }
+}
+
 TEST(SamplingParams, InvalidSettingsThrow) {
     int* out = nullptr;
     const float* logits = nullptr;
@@ -622,13 +659,17 @@ TEST_F(Timing, SamplingAtVocab100k) {
     DeviceArray<uint64_t> d_step(std::vector<uint64_t>{0});
     std::printf("  argmax fp32 V=%d: %.1f us\n", V, time_us([&] { argmax(d_id.get(), d_x.get(), V, 0); }));
     EXPECT_EQ(d_id.download()[0], cpu::argmax(x.data(), V));
-    for (const SamplingParams& s : {SamplingParams{1.0f, 0, 1.0f, 1}, SamplingParams{0.7f, 50, 1.0f, 1},
-                                    SamplingParams{0.8f, 0, 0.95f, 1}, SamplingParams{0.7f, 50, 0.9f, 1},
-                                    SamplingParams{1.0f, 5000, 0.95f, 1}}) {
-        const double us = time_us([&] { sample(d_id.get(), d_x.get(), V, s, d_step.get(), 0); });
-        std::printf("  sample fp32 V=%d t=%.1f k=%d p=%.2f: %.1f us\n", V, s.temperature, s.top_k, s.top_p, us);
-        const int id = d_id.download()[0];
-        EXPECT_TRUE(id >= 0 && id < V);
+    for (Portable mode : {Portable::Off, Portable::Sm86}) {  // the cluster sampler on sm_90, then one block
+        PortableScope portable(mode);
+        for (const SamplingParams& s : {SamplingParams{1.0f, 0, 1.0f, 1}, SamplingParams{0.7f, 50, 1.0f, 1},
+                                        SamplingParams{0.8f, 0, 0.95f, 1}, SamplingParams{0.7f, 50, 0.9f, 1},
+                                        SamplingParams{1.0f, 5000, 0.95f, 1}}) {
+            const double us = time_us([&] { sample(d_id.get(), d_x.get(), V, s, d_step.get(), 0); });
+            std::printf("  sample%s fp32 V=%d t=%.1f k=%d p=%.2f: %.1f us\n", mode == Portable::Off ? "" : " (one block)",
+                        V, s.temperature, s.top_k, s.top_p, us);
+            const int id = d_id.download()[0];
+            EXPECT_TRUE(id >= 0 && id < V);
+        }
     }
     // The slow path: logits rounded to multiples of 2, so the draw lands among thousands of ties.
     std::vector<float> tied = x;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "device_caps.h"
 #include "engine.h"
 #include "memory_check.h"
 #include "test_util.h"
@@ -96,14 +97,18 @@ TEST(MemoryCheck, GpuRefusesTooLargeModel) {
     EXPECT_LT(seconds_since(t), 1.0);
 }
 
+ModelConfig with_head_dim(int hd) {
+    json c = tiny_olmo2_config();
+    c["head_dim"] = hd;
+    return config_of(c);
+}
+
 TEST(CudaSupport, HeadSizes) {
-    auto with_head_dim = [](int hd) {
-        json c = tiny_olmo2_config();
-        c["head_dim"] = hd;
-        return config_of(c);
-    };
 #ifdef OLMO_CUDA
-    for (int hd : {8, 16, 32, 64, 72, 80, 96, 128, 256}) EXPECT_EQ(cuda_unsupported_reason(with_head_dim(hd)), "") << hd;
+    for (int hd : {8, 16, 32, 64, 72, 80, 96, 128}) EXPECT_EQ(cuda_unsupported_reason(with_head_dim(hd)), "") << hd;
+    // over 128: where a block may have the shared memory (CudaSupport.HeadSizesByGpu)
+    const std::string why = cuda_unsupported_reason(with_head_dim(256));
+    EXPECT_TRUE(why.empty() || why.find("shared memory per block") != std::string::npos) << why;
     for (int hd : {12, 100, 264, 512}) {
         const std::string why = cuda_unsupported_reason(with_head_dim(hd));
         EXPECT_NE(why.find("head_dim " + std::to_string(hd) + " is not supported"), std::string::npos) << why;
@@ -111,6 +116,16 @@ TEST(CudaSupport, HeadSizes) {
 #else
     EXPECT_NE(cuda_unsupported_reason(with_head_dim(64)), "");   // no CUDA in this build at all
 #endif
+}
+
+// Head sizes over 128 need 137.5 KiB of shared memory per block: refused on GPUs with 99 KiB
+// (sm_86, sm_89; portable mode here), in one line.
+TEST(CudaSupport, HeadSizesByGpu) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: the GPU's limits are unknown here";
+    PortableScope sm86(Portable::Sm86);
+    EXPECT_EQ(cuda_unsupported_reason(with_head_dim(128)), "");
+    EXPECT_EQ(cuda_unsupported_reason(with_head_dim(256)),
+              "head_dim 256 needs 137.5 KiB of shared memory per block, this GPU allows 99.0 KiB (portable mode)");
 }
 
 // --device auto on a GPU machine runs a shape the GPU cannot (head_dim 12) on the CPU, with a

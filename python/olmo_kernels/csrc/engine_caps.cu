@@ -1,0 +1,3 @@
+// engine_caps.cu: the engine's GPU capabilities and portable mode (src/device_caps.cu), compiled
+// into the extension as they are: the attention entry points choose their tiles by device_caps().
+#include "device_caps.cu"
