@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # torch_ext_check.sh: the olmo_kernels torch extension on a GPU machine with PyTorch (no network
-# needed): builds it (`pip install --no-build-isolation --no-deps -e python/`, the README's command; if the
+# needed): builds it (`pip install --no-build-isolation --no-deps --no-index -e python/`; --no-index so that
+# pip fails at once instead of retrying a download for minutes; if the
 # package then does not import from python/, `setup.py build_ext --inplace`), runs its pytest
 # suite and the benchmark, and prints a short summary last.
 #   bash scripts/torch_ext_check.sh [--quick]      --quick: the benchmark's three cases only
@@ -20,7 +21,7 @@ nvcc --version | tail -1
 
 # 1. build
 t0=$(date +%s)
-if python3 -m pip install --no-build-isolation --no-deps -e python/ >"$OUT/torch_build.log" 2>&1; then
+if python3 -m pip install --no-build-isolation --no-deps --no-index -e python/ >"$OUT/torch_build.log" 2>&1; then
     build="pip install -e python/: ok"
 else
     build="pip install -e python/: FAILED"
