@@ -1,8 +1,9 @@
 // logprob.cuh: the log-probability of one target token per row of fp32 logits (perplexity).
 // defines: token_logprobs
 //
-//   out[r] = log_softmax(z_r)[t_r] = z_r[t_r] - lse(z_r),   lse(z) = m + log sum_j exp(z_j - m),
-//   m = max_j z_j, z_r = logits row r [V], t_r = targets[r]
+//   out[r] = log_softmax(z_r)[t_r] = (z_r[t_r] - m) - log sum_j exp(z_r[j] - m),   m = max_j z_r[j]
+//   z_r = logits row r [V], t_r = targets[r]
+// (z_t - m first: at logits of 1e38 the sum m + log(...) would round the log away.)
 //
 // One block per row, one pass over the row. Thread i keeps an online logsumexp of the logits
 // it visits, a pair (m_i, s_i) = (max seen, sum of exp(z - m_i)): a new z > m_i rescales
@@ -41,7 +42,7 @@ __global__ void token_logprobs_kernel(float* out, const float* logits, const int
     bad = block_reduce(bad, MaxOp());
     if (threadIdx.x != 0) return;
     if (t < 0) out[r] = 0.0f;
-    else out[r] = bad ? NAN : z[t] - (m_all + logf(s_all));
+    else out[r] = bad ? NAN : (z[t] - m_all) - logf(s_all);
 }
 
 // out [rows] = log-probability of targets[r] under logits row r; logits [rows, V] fp32,

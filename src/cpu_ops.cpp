@@ -124,7 +124,7 @@ void token_logprobs(float* out, const float* logits, const int* targets, int row
             m = std::max(m, (double)z[j]);
         }
         for (int j = 0; j < V && finite; j++) sum += std::exp(z[j] - m);
-        out[r] = finite ? (float)(z[targets[r]] - (m + std::log(sum))) : NAN;
+        out[r] = finite ? (float)((z[targets[r]] - m) - std::log(sum)) : NAN;
     }
 }
 

@@ -22,7 +22,8 @@ namespace {
 
 struct Options {
     std::string model, tokenizer, file, device = "auto", dtype = "bf16";
-    int ctx = 0, stride = 0, threads = 0;   // 0: the defaults (see --help)
+    int ctx = 0, stride = 0, threads = 0;   // ctx, stride: the defaults unless given (see --help)
+    bool ctx_given = false, stride_given = false;
     bool json = false, quiet = false;
 };
 
@@ -68,16 +69,18 @@ bool parse_flags(int argc, char** argv, Options& o) {
     }
     for (const auto& [flag, value] : {std::pair{"--model", &o.model}, {"--tokenizer", &o.tokenizer}, {"--file", &o.file}})
         if (app.count(flag) && value->empty()) fail(std::string(flag) + ": the value is empty");
+    o.ctx_given = app.count("--ctx") > 0;
+    o.stride_given = app.count("--stride") > 0;
     return true;
 }
 
 // --ctx and --stride against the model; fills in their defaults.
 void check_window_flags(Options& o, const ModelConfig& cfg) {
-    if (o.ctx == 0) o.ctx = std::min(cfg.max_pos, kDefaultMaxCtx);
+    if (!o.ctx_given) o.ctx = std::min(cfg.max_pos, kDefaultMaxCtx);
     if (o.ctx < 2) fail("--ctx " + std::to_string(o.ctx) + ": a window needs at least 2 tokens (one to condition on, one to score)");
     if (o.ctx > cfg.max_pos)
         fail("--ctx " + std::to_string(o.ctx) + " exceeds the model's max_position_embeddings (" + std::to_string(cfg.max_pos) + ")");
-    if (o.stride == 0) o.stride = std::max(1, o.ctx / 2);
+    if (!o.stride_given) o.stride = o.ctx / 2;
     if (o.stride < 1 || o.stride >= o.ctx)
         fail("--stride " + std::to_string(o.stride) + " is outside [1, " + std::to_string(o.ctx - 1) +
              "] (--ctx " + std::to_string(o.ctx) + "): a stride of ctx or more would leave tokens unscored");
