@@ -143,7 +143,7 @@ std::vector<float> Engine::score(int seq, const std::vector<int>& ids) {
     score_impl(seq, ids, logprobs.data());
     kv_->commit(seq, (int)ids.size());
     for (size_t i = 0; i < logprobs.size(); i++)
-        if (!std::isfinite(logprobs[i])) fail_non_finite("position " + std::to_string(pos0 + i));
+        if (!std::isfinite(logprobs[i])) fail_non_finite("position " + std::to_string(pos0 + i + 1));   // as prefill's
     return logprobs;
 }
 
