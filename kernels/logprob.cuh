@@ -25,14 +25,15 @@ namespace logprob {
 constexpr int kThreads = 512;
 }
 
-__global__ void token_logprobs_kernel(float* out, const float* logits, const int* targets, int V) {
+template <typename T>
+__global__ void token_logprobs_kernel(float* out, const T* logits, const int* targets, int V) {
     const int r = blockIdx.x, t = targets[r];
-    const float* z = logits + (int64_t)r * V;
+    const T* z = logits + (int64_t)r * V;
     float m = -INFINITY, s = 0.0f;
     int bad = 0;
     if (t >= 0)
         for (int j = threadIdx.x; j < V; j += blockDim.x) {
-            const float x = z[j];
+            const float x = to_float(z[j]);
             if (!isfinite(x)) bad = 1;
             else if (x > m) s = s * expf(m - x) + 1.0f, m = x;   // s = 0 while m = -inf: exp(-inf) = 0
             else s += expf(x - m);
@@ -42,14 +43,15 @@ __global__ void token_logprobs_kernel(float* out, const float* logits, const int
     bad = block_reduce(bad, MaxOp());
     if (threadIdx.x != 0) return;
     if (t < 0) out[r] = 0.0f;
-    else out[r] = bad ? NAN : (z[t] - m_all) - logf(s_all);
+    else out[r] = bad ? NAN : (to_float(z[t]) - m_all) - logf(s_all);
 }
 
-// out [rows] = log-probability of targets[r] under logits row r; logits [rows, V] fp32,
-// targets [rows] (device; < 0: nothing to score, out 0).
-inline void token_logprobs(float* out, const float* logits, const int* targets, int rows, int V, cudaStream_t stream) {
+// out [rows] = log-probability of targets[r] under logits row r; logits [rows, V] (the engine
+// passes fp32), targets [rows] (device; < 0: nothing to score, out 0).
+template <typename T>
+void token_logprobs(float* out, const T* logits, const int* targets, int rows, int V, cudaStream_t stream) {
     if (rows == 0) return;
-    token_logprobs_kernel<<<rows, logprob::kThreads, 0, stream>>>(out, logits, targets, V);
+    token_logprobs_kernel<T><<<rows, logprob::kThreads, 0, stream>>>(out, logits, targets, V);
     cudaCheckLaunch();
 }
 
