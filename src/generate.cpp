@@ -498,6 +498,7 @@ int run(int argc, char** argv) {
     check_flag_combinations(o);
     set_cpu_threads(o.threads);
     stage = "reading the model files";
+    check_device(o.device);
 
     // --- model ---
     const bool bench = !o.random_weights.empty();

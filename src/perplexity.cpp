@@ -146,6 +146,7 @@ int run(int argc, char** argv) {
     Options o;
     if (!parse_flags(argc, argv, o)) return 0;
     set_cpu_threads(o.threads);
+    check_device(o.device);
     const bool default_model = o.model.empty();
     o.model = model_folder(o.model);
     const ModelConfig cfg = load_config(o.model);

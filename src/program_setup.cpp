@@ -38,11 +38,16 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path, const M
     return tok;
 }
 
+void check_device(const std::string& device) {
+    if ((device == "cuda" || device == "gpu") && !cuda_available())
+        fail("--device " + device + ": no CUDA device available in this build/machine");
+}
+
 bool choose_cuda(const std::string& device, const ModelConfig& cfg) {
     if (device == "cpu") return false;
     const std::string why_not = cuda_unsupported_reason(cfg);
     if (device == "cuda" || device == "gpu") {
-        if (!cuda_available()) fail("--device " + device + ": no CUDA device available in this build/machine");
+        check_device(device);
         if (!why_not.empty()) fail("--device " + device + ": " + why_not);
         return true;
     }

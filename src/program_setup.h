@@ -27,8 +27,11 @@ std::string default_tokenizer_file(const std::string& model, bool default_model)
 // naming both files.
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path, const ModelConfig& cfg, const std::string& model);
 
+// --device cuda (or gpu) without a CUDA device is an error: checked before anything is read.
+void check_device(const std::string& device);
+
 // --device: "cuda" (or "gpu"), "cpu", or "auto": the GPU when there is one and it can run this
-// model's shape (else a note on stderr and the CPU). cuda without a usable GPU is an error.
+// model's shape (else a note on stderr and the CPU). cuda with a shape it cannot run is an error.
 bool choose_cuda(const std::string& device, const ModelConfig& cfg);
 
 // --dtype's names: "bf16", "fp16", "fp32".
