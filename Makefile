@@ -1,4 +1,4 @@
-# Makefile: `make` builds ./generate, ./tokenize and the tests; `make test` runs every test;
+# Makefile: `make` builds ./generate, ./tokenize, ./perplexity and the tests; `make test` runs every test;
 # `make deps` installs the Debian packages the build needs; `make bench` runs the GPU
 # benchmarks (on a machine with a GPU); `make dev` builds the dev/ ladders into build/dev/. With nvcc present the CUDA backend is built in;
 # without it the build is CPU-only and the GPU tests are left out.
@@ -30,7 +30,7 @@ LDLIBS   := -lsentencepiece -lutf8proc -fopenmp -lpthread
 GTEST    := -lgtest -lgtest_main
 
 # Sources: every src/*.cpp except the programs' mains goes into the engine library.
-MAINS    := src/generate.cpp src/tokenize.cpp
+MAINS    := src/generate.cpp src/tokenize.cpp src/perplexity.cpp
 LIB_CPP  := $(filter-out $(MAINS),$(wildcard src/*.cpp))
 LIB_OBJ  := $(LIB_CPP:%.cpp=$(BUILD)/%.o)
 CPU_TESTS := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
@@ -61,7 +61,7 @@ DEV      := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/*.cu))
 TORCH_EXT_OBJ := $(BUILD)/python/olmo_kernels/csrc/ops.o
 endif
 
-PROGRAMS := $(PROG_DIR)generate $(PROG_DIR)tokenize
+PROGRAMS := $(PROG_DIR)generate $(PROG_DIR)tokenize $(PROG_DIR)perplexity
 TESTS    := $(CPU_TESTS) $(GPU_TESTS)
 
 all: $(PROGRAMS) $(TESTS) $(DEV) $(TORCH_EXT_OBJ)

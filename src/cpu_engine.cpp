@@ -14,7 +14,8 @@
 //               OLMo-1: xn = LN(x)          OLMo-2/3: xn = x
 //               m = (silu(xn·Wgᵀ) * xn·Wuᵀ) · Wdᵀ
 //               OLMo-1: x = x + m           OLMo-2/3: x = x + RMSNorm_pf(m)
-//   logits = final_norm(x) · W_lmᵀ          (only the positions asked for)
+//   logits = final_norm(x) · W_lmᵀ          (only the positions asked for; scoring: kScoreRows
+//                                            rows at a time, each reduced to log p(next token))
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -109,6 +110,19 @@ protected:
         if (id) *id = sample_cpu(out.data(), c_.vocab, s, step);
     }
 
+    // kScoreRows rows at a time: final norm, logits [rows, V], each row's target log-probability.
+    void score_impl(int seq, const std::vector<int>& ids, float* logprobs) override {
+        const int T = ids.size(), H = c_.hidden;
+        const std::vector<float> x = layers(seq, ids);
+        std::vector<float> xn((size_t)kScoreRows * H), logits((size_t)kScoreRows * c_.vocab), lp(kScoreRows);
+        for (int r0 = 0; r0 < T - 1; r0 += kScoreRows) {
+            const int rows = std::min(kScoreRows, T - 1 - r0);   // the last position has no target
+            final_norm(xn.data(), x.data() + (size_t)r0 * H, rows);
+            lm_head(logits.data(), xn.data(), rows);
+            cpu::token_logprobs(logprobs + r0, logits.data(), ids.data() + r0 + 1, rows, c_.vocab);
+        }
+    }
+
     // The CPU runs a decode step one sequence after the other: the same math as a batch.
     void decode_impl(const std::vector<int>& seqs, const std::vector<int>& ids, float* logits, int* ids_out,
                      const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) override {
@@ -149,8 +163,31 @@ private:
     }
 
     // The forward pass of `ids` appended to `seq` (its cache rows are reserved); returns the
-    // last position's logits [V].
+    // last position's logits [V] (and, with a hook, hands it every position's).
     std::vector<float> run(int seq, const std::vector<int>& ids) {
+        const int T = ids.size(), H = c_.hidden;
+        const std::vector<float> x = layers(seq, ids);
+        const int rows = hook ? T : 1;
+        std::vector<float> xn((size_t)rows * H), logits((size_t)rows * c_.vocab);
+        final_norm(xn.data(), x.data() + (size_t)(T - rows) * H, rows);
+        emit("final_norm", xn.data(), rows, H);
+        lm_head(logits.data(), xn.data(), rows);
+        emit("logits", logits.data(), rows, c_.vocab);
+        return std::vector<float>(logits.end() - c_.vocab, logits.end());
+    }
+
+    // xn [rows, H] = the final norm of x [rows, H]; logits [rows, V] = xn · W_lmᵀ.
+    void final_norm(float* xn, const float* x, int rows) {
+        if (c_.family == Family::Olmo1) cpu::layernorm(xn, x, rows, c_.hidden, c_.norm_eps);
+        else cpu::rmsnorm(xn, x, final_norm_.data(), rows, c_.hidden, c_.norm_eps);
+    }
+    void lm_head(float* logits, const float* xn, int rows) {
+        cpu::matmul(logits, xn, lm_head_.empty() ? embed_.data() : lm_head_.data(), rows, c_.hidden, c_.vocab);
+    }
+
+    // The decoder layers over `ids` appended to `seq`: returns the residual stream x [T, H]
+    // after the last layer.
+    std::vector<float> layers(int seq, const std::vector<int>& ids) {
         const int T = ids.size(), H = c_.hidden, I = c_.intermediate, hd = c_.head_dim;
         const int nH = c_.n_heads, nKV = c_.n_kv_heads, Q = c_.q_dim(), KV = c_.kv_dim(), QKV = Q + 2 * KV;
         const int pos0 = kv_->len(seq);
@@ -219,16 +256,7 @@ private:
             emit(n + "out", x.data(), T, H);
         }
 
-        // Final norm and logits. With a hook (golden tests) every position, else the last only.
-        const int rows = hook ? T : 1;
-        const float* xl = x.data() + (size_t)(T - rows) * H;
-        if (olmo1) cpu::layernorm(xn.data(), xl, rows, H, eps);
-        else cpu::rmsnorm(xn.data(), xl, final_norm_.data(), rows, H, eps);
-        emit("final_norm", xn.data(), rows, H);
-        std::vector<float> logits((size_t)rows * c_.vocab);
-        cpu::matmul(logits.data(), xn.data(), lm_head_.empty() ? embed_.data() : lm_head_.data(), rows, H, c_.vocab);
-        emit("logits", logits.data(), rows, c_.vocab);
-        return std::vector<float>(logits.end() - c_.vocab, logits.end());
+        return x;
     }
 
     // qkv [T, Q+2KV] -> q [T, Q], k [T, KV], v [T, KV].

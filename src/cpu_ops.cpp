@@ -113,4 +113,19 @@ int argmax(const float* x, int n) {
     return best;
 }
 
+void token_logprobs(float* out, const float* logits, const int* targets, int rows, int V) {
+    for (int r = 0; r < rows; r++) {
+        const float* z = logits + (int64_t)r * V;
+        if (targets[r] < 0) { out[r] = 0.0f; continue; }
+        double m = -INFINITY, sum = 0.0;
+        bool finite = true;
+        for (int j = 0; j < V; j++) {
+            finite = finite && std::isfinite(z[j]);
+            m = std::max(m, (double)z[j]);
+        }
+        for (int j = 0; j < V && finite; j++) sum += std::exp(z[j] - m);
+        out[r] = finite ? (float)((z[targets[r]] - m) - std::log(sum)) : NAN;
+    }
+}
+
 }  // namespace olmo::cpu

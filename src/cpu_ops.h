@@ -47,4 +47,10 @@ void swiglu(float* out, const float* gu, int T, int I);
 // index of the largest value; ties go to the lowest index (as torch.argmax).
 int argmax(const float* x, int n);
 
+// Log-probability of each row's target token (perplexity): for r < rows with targets[r] >= 0,
+//   out[r] = log_softmax(z_r)[t_r] = (z_r[t_r] - m) - log sum_j exp(z_r[j] - m),  m = max_j z_r[j]
+// with z_r = logits [rows, V] row r, in double (no exp can overflow: every exponent is <= 0).
+// out[r] = 0 for targets[r] < 0 (a row with nothing to score); NaN when z_r holds NaN or Inf.
+void token_logprobs(float* out, const float* logits, const int* targets, int rows, int V);
+
 }  // namespace olmo::cpu

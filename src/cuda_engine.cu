@@ -27,6 +27,7 @@
 #include "fp8.cuh"
 #include "fp8_gemm.h"
 #include "gpu_loader.h"
+#include "logprob.cuh"
 #include "memory_check.h"
 #include "norm.cuh"
 #include "rope.cuh"
@@ -211,6 +212,27 @@ protected:
         sync_out(B, logits, ids_out);
     }
 
+    // A prefill in chunks of at most chunk_ rows whose every row is scored against the next id:
+    // only the log-probabilities [n-1] leave the device.
+    void score_impl(int seq, const std::vector<int>& ids, float* logprobs) override {
+        const int pos0 = kv_->len(seq);
+        for (size_t done = 0; done < ids.size();) {
+            const int n = (int)std::min(ids.size() - done, (size_t)chunk_);
+            std::vector<int> pos(n), target(n);
+            for (int r = 0; r < n; r++) {
+                pos[r] = pos0 + (int)done + r;
+                target[r] = done + r + 1 < ids.size() ? ids[done + r + 1] : -1;   // the last row has none
+            }
+            upload_meta(std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {0});
+            cudaCheck(cudaMemcpyAsync(targets_, target.data(), sizeof(int) * n, cudaMemcpyHostToDevice, stream_));
+            forward_rows(n, /*batch=*/1, /*prefill=*/true, /*score=*/true);
+            const size_t scored = std::min((size_t)n, ids.size() - 1 - done);
+            cudaCheck(cudaMemcpyAsync(logprobs + done, logprobs_, sizeof(float) * scored, cudaMemcpyDeviceToHost, stream_));
+            cudaCheck(cudaStreamSynchronize(stream_));   // `target` is read before it goes
+            done += n;
+        }
+    }
+
     void copy_block(int kind, int src, int dst) override {
         const size_t n = (size_t)kv_->block_size() * c_.kv_dim();
         for (GpuLayer<T>& L : layers_)
@@ -268,7 +290,9 @@ private:
             x8_ = b.take<uint8_t>(rows * K);
             x8_scale_ = b.take<float>(rows);
         }
-        logits_ = b.take<float>(max_batch_ * V);   // fp32 logits of each sequence's last token [B, V]
+        logits_ = b.take<float>(std::max(max_batch_, kScoreRows) * V);   // fp32 logits [B, V]; scoring: [kScoreRows, V]
+        targets_ = b.take<int>(C);          // scoring: each row's next token (-1: none)  [C]
+        logprobs_ = b.take<float>(C);       // scoring: each row's log p(target)          [C]
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
         meta_base_ = b.take<int>(meta_ints_);   // step metadata (StepMeta), filled by one copy
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
@@ -577,8 +601,9 @@ private:
 
     // The forward pass over n token rows described by meta_ (a prefill chunk of one sequence,
     // or one token for each of `batch` sequences): a list of launches. Leaves the fp32 logits
-    // of each sequence's last token in logits_ [batch, V].
-    void forward_rows(int n, int batch, bool prefill) {
+    // of each sequence's last token in logits_ [batch, V]; with `score` (a prefill chunk) instead
+    // each row's log-probability of targets_[row] in logprobs_ [n] (score_rows).
+    void forward_rows(int n, int batch, bool prefill, bool score = false) {
         const int H = c_.hidden, I = c_.intermediate, hd = c_.head_dim, Q = c_.q_dim(), KV = c_.kv_dim();
         const int QKV = Q + 2 * KV, nH = c_.n_heads, nKV = c_.n_kv_heads;
         const bool olmo1 = c_.family == Family::Olmo1;
@@ -631,7 +656,7 @@ private:
         }
         // Final norm and logits of each sequence's last row (prefill: row n-1; decode: all rows),
         // and of every row when a hook wants them.
-        const int first = prefill ? (hook ? 0 : n - 1) : 0, rows = n - first;
+        const int first = prefill ? (hook || score ? 0 : n - 1) : 0, rows = n - first;
         if (!olmo1) rmsnorm(xn_ + (size_t)first * H, x_ + (size_t)first * H, final_norm_, rows, H, H, H, eps, stream_);
         // (OLMo-1: xn_ already holds LN(x) from the last add_layernorm)
         emit("final_norm", xn_ + (size_t)first * H, rows, H, H);
@@ -642,8 +667,20 @@ private:
             emit("logits", all, rows, c_.vocab, c_.vocab);
             cudaCheck(cudaFree(all));
         }
+        if (score) return score_rows(n);
         const int out_rows = prefill ? 1 : batch;
         linear(logits_, xn_ + (size_t)(n - out_rows) * H, lm_head_, out_rows);   // [out_rows, V] fp32
+    }
+
+    // logprobs_[r] = log p(targets_[r]) for the n rows of xn_ (final-normed), from their fp32
+    // logits computed kScoreRows rows at a time into logits_.
+    void score_rows(int n) {
+        const int H = c_.hidden, V = c_.vocab;
+        for (int r0 = 0; r0 < n; r0 += kScoreRows) {
+            const int rows = std::min(kScoreRows, n - r0);
+            linear(logits_, xn_ + (size_t)r0 * H, lm_head_, rows);                 // [rows, V] fp32
+            token_logprobs(logprobs_ + r0, logits_, targets_ + r0, rows, V, stream_);
+        }
     }
 
     ModelConfig c_;
@@ -663,6 +700,8 @@ private:
     uint8_t* x8_ = nullptr;               // FP8 GEMM input [max(chunk, batch), ld] E4M3
     float* x8_scale_ = nullptr;           // its scale per row
     float* logits_;
+    int* targets_;
+    float* logprobs_;
     int* next_ids_;
     int* meta_base_;
     StepMeta meta_;

@@ -135,6 +135,18 @@ std::vector<int> Engine::decode_sample(const std::vector<int>& seqs, const std::
     return out;
 }
 
+std::vector<float> Engine::score(int seq, const std::vector<int>& ids) {
+    check_ids(ids);
+    reserve(seq, ids.size());
+    const int pos0 = kv_->len(seq);
+    std::vector<float> logprobs(ids.size() - 1);
+    score_impl(seq, ids, logprobs.data());
+    kv_->commit(seq, (int)ids.size());
+    for (size_t i = 0; i < logprobs.size(); i++)
+        if (!std::isfinite(logprobs[i])) fail_non_finite("position " + std::to_string(pos0 + i + 1));   // as prefill's
+    return logprobs;
+}
+
 void Engine::reset() {
     kv_->clear();
     seq0_ = kv_->new_sequence();

@@ -43,6 +43,9 @@ struct MemoryUse {
 constexpr int kKvBlockSize = 16;
 int kv_pool_blocks(int max_seq, int kv_blocks);
 
+// Rows of logits [kScoreRows, V] an engine computes at once while scoring (Engine::score).
+constexpr int kScoreRows = 64;
+
 // An engine holds the weights and a paged KV cache (kv_cache.h) shared by any number of
 // sequences. A sequence is created empty, fed a prompt with prefill(), then extended one token
 // at a time with decode(), which serves several sequences in one step (batched generation,
@@ -76,6 +79,13 @@ public:
                                    const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps,
                                    std::vector<float>* logits = nullptr);
 
+    // Log-probabilities of a text (perplexity): appends ids to seq and returns, for i in [1, n),
+    // log p(ids[i] | the sequence's earlier tokens, ids[0..i-1]) [n-1], each from the fp32
+    // logits of its position. The logits never exist for all rows at once: each engine takes
+    // kScoreRows rows at a time and reduces each to the target's log-probability (on the GPU,
+    // on the device: kernels/logprob.cuh); prompts longer than a prefill chunk run in chunks.
+    std::vector<float> score(int seq, const std::vector<int>& ids);
+
     // --- one sequence, for simple generation and tests: the engine's default sequence ---
     void reset();                                           // frees every sequence
     int n_past() const { return kv_->alive(seq0_) ? kv_->len(seq0_) : 0; }
@@ -102,6 +112,8 @@ protected:
     // prefill_impl fills logits [V] (if not null) and *id (if not null, drawn with s, step).
     virtual void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,
                               uint64_t step) = 0;
+    // score_impl fills logprobs [n-1]: row i's log-probability of ids[i+1] (see score()).
+    virtual void score_impl(int seq, const std::vector<int>& ids, float* logprobs) = 0;
     // decode_impl fills logits [B, V] (if not null) and ids_out [B] (if not null), or both.
     virtual void decode_impl(const std::vector<int>& seqs, const std::vector<int>& ids, float* logits, int* ids_out,
                              const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) = 0;

@@ -17,7 +17,7 @@
 #include "common.h"
 #include "engine.h"
 #include "decoding.h"
-#include "model_folder.h"
+#include "program_setup.h"
 #include "threads.h"
 #include "output.h"
 #include "memory_check.h"
@@ -29,15 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// The folder that holds this executable: the default model is found relative to it.
-std::string exe_dir() {
-    char buf[4096];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n <= 0) return ".";
-    std::string p(buf, n);
-    return p.substr(0, p.find_last_of('/'));
-}
 
 std::vector<int> parse_id_list(const std::string& s) {
     std::vector<int> ids;
@@ -179,17 +170,6 @@ WarmUp warm_up_for(const Options& o, const std::vector<std::vector<int>>& prompt
     return w;
 }
 
-// The load's progress line on stderr, rewritten in place, once a load has run for a second;
-// nothing at all when `show` is false (--quiet, or stderr is not a terminal).
-LoadProgress::Report progress_line(bool show) {
-    if (!show) return {};
-    return [](size_t done, size_t total, double s, bool last) {
-        if (s < 1.0) return;
-        std::fprintf(stderr, "\rloading weights: %.2f / %.2f GB, %.1f GB/s   %s", done / 1e9, total / 1e9,
-                     done / 1e9 / s, last ? "\n" : "");
-    };
-}
-
 // --stats: where the time and the memory went, on stderr.
 struct Timing {
     double load_s, warm_s, ttft, t_decode, total;   // t_decode: when decoding alone began (-1: at ttft)
@@ -223,20 +203,6 @@ void print_stats(const Options& o, bool use_cuda, const std::vector<std::vector<
     std::fprintf(stderr, "KV pool          %d blocks of %d tokens, peak %d in use (%.0f%%), %d free now\n",
                  m.blocks_total, m.block_size, m.blocks_peak_used, 100.0 * m.blocks_peak_used / std::max(1, m.blocks_total),
                  m.blocks_free);
-}
-
-// --device: cuda, cpu, or auto: the GPU when there is one and it can run this model's shape.
-bool choose_cuda(const std::string& device, const ModelConfig& cfg) {
-    if (device == "cpu") return false;
-    const std::string why_not = cuda_unsupported_reason(cfg);
-    if (device == "cuda") {
-        if (!why_not.empty()) fail("--device cuda: " + why_not);
-        return true;
-    }
-    if (!cuda_available()) return false;
-    if (why_not.empty()) return true;
-    std::fprintf(stderr, "note: %s; running on the CPU\n", why_not.c_str());
-    return false;
 }
 
 // llama.cpp's spellings that CLI11 cannot declare (a single dash before several letters), as
@@ -510,22 +476,14 @@ void check_flag_combinations(Options& o) {
 // --tokenizer, else MODEL/tokenizer.json, MODEL/tokenizer.model, or (default model) the one next to
 // this program; null when there is none and ids in and out suffice. Its ids must be the model's.
 std::unique_ptr<Tokenizer> find_tokenizer(Options& o, const ModelConfig& cfg, bool default_model, bool bench) {
-    if (o.tokenizer.empty() && !bench) {
-        for (const std::string& cand : {o.model + "/tokenizer.json", o.model + "/tokenizer.model",
-                                        default_model ? exe_dir() + "/tokenizer/tokenizer.model" : std::string()})
-            if (!cand.empty() && file_exists(cand)) { o.tokenizer = cand; break; }
-    }
+    if (o.tokenizer.empty() && !bench) o.tokenizer = default_tokenizer_file(o.model, default_model);
     if (o.tokenizer.empty()) {
         if ((o.prompt_ids.empty() && !o.prompt_len) || !(o.output_ids || o.out.json || o.out.top_logprobs))
             fail(o.model + ": no tokenizer found (tokenizer.json or tokenizer.model); pass --tokenizer FILE, "
                  "or --prompt-ids with --output-ids or --json");
         return nullptr;
     }
-    std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);
-    if (tok->vocab_size() > cfg.vocab)
-        fail(o.tokenizer + ": the tokenizer has " + std::to_string(tok->vocab_size()) + " ids but the model's vocab_size "
-             "is " + std::to_string(cfg.vocab) + " (" + o.model + "/config.json): not this model's tokenizer");
-    return tok;
+    return load_model_tokenizer(o.tokenizer, cfg, o.model);
 }
 
 // What run() is doing, for the message when memory runs out.
@@ -582,11 +540,7 @@ std::unique_ptr<Engine> build_engine(const Options& o, const Model& m, bool use_
                                      const std::vector<std::vector<int>>& prompts, LoadProgress& progress) {
     const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
     if (!use_cuda) return make_cpu_engine(m.cfg, *m.ckpt, m.max_seq, kv_blocks, &progress);
-    const DeviceDType dt = o.dtype == "fp32"   ? DeviceDType::F32
-                           : o.dtype == "fp16" ? DeviceDType::F16
-                           : o.dtype == "fp8"  ? DeviceDType::FP8
-                                               : DeviceDType::BF16;
-    return make_cuda_engine(m.cfg, m.ckpt.get(), m.max_seq, dt, kv_blocks, max_batch, &progress);
+    return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress);
 }
 
 int run(int argc, char** argv) {
@@ -595,7 +549,7 @@ int run(int argc, char** argv) {
     check_flag_combinations(o);
     set_cpu_threads(o.threads);
     stage = "reading the model files";
-    if (o.device == "cuda" && !cuda_available()) fail("--device cuda: no CUDA device available in this build/machine");
+    check_device(o.device);
     const bool bench = !o.random_weights.empty();
     const bool default_model = o.model.empty() && !bench;
     const Model m = open_model(o, bench, default_model);

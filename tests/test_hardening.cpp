@@ -78,6 +78,7 @@ TEST(NonFinite, LogitsStopGeneration) {
         }
         eng->reset();
         expect_error([&] { eng->prefill(eng->new_sequence(), {1, 2, 3}); }, {"position 3: " + msg});
+        expect_error([&] { eng->score(eng->new_sequence(), {1, 2, 3}); }, {"position 1: " + msg});   // perplexity
         expect_error([&] { beam_search(*eng, {1, 2}, 2, 4, 1.0f, {}); }, {msg});
     }
     expect_cli_error("--device cpu --model " + dir + " --prompt-ids 1,2 --output-ids -n 4", "step 0: " + msg);

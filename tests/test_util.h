@@ -162,9 +162,9 @@ inline std::string program(const std::string& name) {
 }
 
 // Runs a shell command, capturing stdout and stderr separately. A command that starts with
-// ./generate or ./tokenize runs program() of that name.
+// ./generate, ./tokenize or ./perplexity runs program() of that name.
 inline RunResult run_cmd(std::string cmd) {
-    for (const std::string name : {"generate", "tokenize"})
+    for (const std::string name : {"generate", "tokenize", "perplexity"})
         if (cmd.rfind("./" + name, 0) == 0) cmd = program(name) + cmd.substr(2 + name.size());
     std::string d = temp_dir();
     int status = std::system((cmd + " >" + d + "/out 2>" + d + "/err </dev/null").c_str());
@@ -175,9 +175,10 @@ inline RunResult run_cmd(std::string cmd) {
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(d + "/out"), slurp(d + "/err")};
 }
 
-// Expects a failed ./generate run whose stderr is one "error: ..." line containing `what`.
-inline void expect_cli_error(const std::string& args, const std::string& what) {
-    RunResult r = run_cmd("./generate " + args);
+// Expects a failed run of ./generate (or ./PROG) whose stderr is one "error: ..." line
+// containing `what`.
+inline void expect_cli_error(const std::string& args, const std::string& what, const std::string& prog = "generate") {
+    RunResult r = run_cmd("./" + prog + " " + args);
     EXPECT_NE(r.code, 0) << args;
     EXPECT_NE(r.err.find(what), std::string::npos) << args << "\nstderr: " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": expected one line, got: " << r.err;

@@ -1,0 +1,84 @@
+// program_setup.cpp: from flags to a loaded engine, for ./generate and ./perplexity
+// (program_setup.h).
+#include "program_setup.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "common.h"
+#include "model_folder.h"
+
+namespace olmo {
+
+std::string exe_dir() {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0) return ".";
+    std::string p(buf, n);
+    return p.substr(0, p.find_last_of('/'));
+}
+
+std::string model_folder(const std::string& flag) {
+    return flag.empty() ? exe_dir() + "/weights" : resolve_model_folder(flag);
+}
+
+std::string default_tokenizer_file(const std::string& model, bool default_model) {
+    for (const std::string& cand : {model + "/tokenizer.json", model + "/tokenizer.model",
+                                    default_model ? exe_dir() + "/tokenizer/tokenizer.model" : std::string()})
+        if (!cand.empty() && file_exists(cand)) return cand;
+    return "";
+}
+
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path, const ModelConfig& cfg, const std::string& model) {
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(path);
+    if (tok->vocab_size() > cfg.vocab)
+        fail(path + ": the tokenizer has " + std::to_string(tok->vocab_size()) + " ids but the model's vocab_size "
+             "is " + std::to_string(cfg.vocab) + " (" + model + "/config.json): not this model's tokenizer");
+    return tok;
+}
+
+void check_device(const std::string& device) {
+    if ((device == "cuda" || device == "gpu") && !cuda_available())
+        fail("--device " + device + ": no CUDA device available in this build/machine");
+}
+
+bool choose_cuda(const std::string& device, const ModelConfig& cfg) {
+    if (device == "cpu") return false;
+    const std::string why_not = cuda_unsupported_reason(cfg);
+    if (device == "cuda" || device == "gpu") {
+        check_device(device);
+        if (!why_not.empty()) fail("--device " + device + ": " + why_not);
+        return true;
+    }
+    if (!cuda_available()) return false;
+    if (why_not.empty()) return true;
+    std::fprintf(stderr, "note: %s; running on the CPU\n", why_not.c_str());
+    return false;
+}
+
+DeviceDType device_dtype(const std::string& name) {
+    return name == "fp32"   ? DeviceDType::F32
+           : name == "fp16" ? DeviceDType::F16
+           : name == "fp8"  ? DeviceDType::FP8
+                            : DeviceDType::BF16;
+}
+
+LoadProgress::Report progress_line(bool show) {
+    if (!show) return {};
+    return [](size_t done, size_t total, double s, bool last) {
+        if (s < 1.0) return;
+        std::fprintf(stderr, "\rloading weights: %.2f / %.2f GB, %.1f GB/s   %s", done / 1e9, total / 1e9,
+                     done / 1e9 / s, last ? "\n" : "");
+    };
+}
+
+std::unique_ptr<Engine> load_engine(bool use_cuda, const std::string& dtype, const ModelConfig& cfg,
+                                    const Checkpoint* ckpt, int max_seq, int kv_blocks, int max_batch,
+                                    LoadProgress* progress) {
+    if (use_cuda) return make_cuda_engine(cfg, ckpt, max_seq, device_dtype(dtype), kv_blocks, max_batch, progress);
+    if (!ckpt) fail("random weights need the CUDA engine (--device cuda)");
+    return make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks, progress);
+}
+
+}  // namespace olmo

@@ -1,0 +1,51 @@
+// program_setup.h: what the programs that run a model (./generate, ./perplexity) share between
+// their flags and a loaded engine: the default model next to the program, the tokenizer lookup,
+// the choice of device and storage dtype, the load's progress line.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "config.h"
+#include "engine.h"
+#include "tokenizer.h"
+#include "weights.h"
+
+namespace olmo {
+
+// The folder that holds the running executable: the default model is found relative to it.
+std::string exe_dir();
+
+// --model as given: "" is the default model (weights/ next to the program), else the folder
+// itself or, for a Hugging Face cache folder, its snapshot (model_folder.h).
+std::string model_folder(const std::string& flag);
+
+// The tokenizer a model folder comes with: DIR/tokenizer.json, else DIR/tokenizer.model, else
+// (the default model) tokenizer/tokenizer.model next to the program; "" when there is none.
+std::string default_tokenizer_file(const std::string& model, bool default_model);
+
+// Loads the tokenizer at `path`; one with more ids than the model's vocab_size is an error
+// naming both files.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path, const ModelConfig& cfg, const std::string& model);
+
+// --device cuda (or gpu) without a CUDA device is an error: checked before anything is read.
+void check_device(const std::string& device);
+
+// --device: "cuda" (or "gpu"), "cpu", or "auto": the GPU when there is one and it can run this
+// model's shape (else a note on stderr and the CPU). cuda with a shape it cannot run is an error.
+bool choose_cuda(const std::string& device, const ModelConfig& cfg);
+
+// --dtype's names: "bf16", "fp16", "fp32", "fp8".
+DeviceDType device_dtype(const std::string& name);
+
+// The load's progress line on stderr, rewritten in place, once a load has run for a second;
+// nothing at all when `show` is false (--quiet, or stderr is not a terminal).
+LoadProgress::Report progress_line(bool show);
+
+// The engine: CUDA with storage `dtype` (device_dtype's names), else the fp32 CPU reference.
+// ckpt null: random weights (CUDA only, benchmarks). kv_blocks 0: one sequence of max_seq
+// tokens; max_batch: sequences per decode step (CUDA).
+std::unique_ptr<Engine> load_engine(bool use_cuda, const std::string& dtype, const ModelConfig& cfg,
+                                    const Checkpoint* ckpt, int max_seq, int kv_blocks, int max_batch,
+                                    LoadProgress* progress);
+
+}  // namespace olmo
