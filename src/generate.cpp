@@ -502,7 +502,7 @@ Model open_model(Options& o, bool bench, bool default_model) {
         m.cfg = bench_config(o.random_weights, o.model);
         o.output_ids = true;
     } else {
-        o.model = resolve_model_folder(default_model ? exe_dir() + "/weights" : o.model);
+        o.model = model_folder(default_model ? "" : o.model);
         m.cfg = load_config(o.model);
         m.ckpt = std::make_unique<Checkpoint>(o.model);
     }
