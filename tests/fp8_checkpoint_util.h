@@ -141,6 +141,22 @@ inline Fp8Store mixed_layouts(const WeightSlot& s) {
     return Fp8Store::Channel;
 }
 
+// Every layout that loads: as mixed_layouts, plus lm_head in FP8 (1007 rows: padded to 1008), a
+// generic per-tensor scale (layer 0's down_proj), and a fused matrix half in FP8, half in F32
+// (layer 1's q in FP8, k and v in F32).
+inline Fp8Store every_layout(const WeightSlot& s) {
+    if (s.param == Param::LmHead) return Fp8Store::Channel;
+    if (s.layer == 0 && s.param == Param::Wdown) return Fp8Store::Tensor;
+    if (s.layer == 1 && s.row_offset > 0 && s.param == Param::Wqkv) return Fp8Store::Float;
+    return mixed_layouts(s);
+}
+// every_layout without the generic per-tensor scale: requantizing its dequantized weights
+// gives back the same codes and scales (test_fp8_checkpoint_gpu.cu says why).
+inline Fp8Store requantizable_layouts(const WeightSlot& s) {
+    const Fp8Store how = every_layout(s);
+    return how == Fp8Store::Tensor ? Fp8Store::TensorRowsAtMax : how;
+}
+
 // A prompt of n ids of a vocabulary of V.
 inline std::vector<int> fp8_test_prompt(int n, int V) {
     std::vector<int> p(n);

@@ -20,14 +20,6 @@ using namespace olmo::test;
 
 namespace {
 
-// Every layout that loads, generic per-tensor scales included.
-Fp8Store every_layout(const WeightSlot& s) {
-    if (s.param == Param::LmHead) return Fp8Store::Channel;
-    if (s.layer == 0 && s.param == Param::Wdown) return Fp8Store::Tensor;
-    if (s.layer == 1 && s.row_offset > 0 && s.param == Param::Wqkv) return Fp8Store::Float;   // k, v of layer 1
-    return mixed_layouts(s);
-}
-
 // Every tensor of the table, loaded by the CPU loader.
 std::vector<std::vector<float>> load_all(const std::string& dir) {
     const ModelConfig c = load_config(dir);
