@@ -7,8 +7,11 @@
 //          and a config.json with a compressed-tensors quantization_config;
 //   deq:   the same weights dequantized, scale · code in fp32 (exactly what the loaders
 //          compute), all F32, and a config.json without quantization_config.
-// So any engine must give the same logits on both folders.
+// So any engine must give the same logits on both folders. With pow2 scales, the largest
+// element of every row (per channel) or of the tensor is first set to ±448 · 2^k, so that each
+// scale is a power of two, 2^k, and scale · code is exact even in bf16.
 #pragma once
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -47,18 +50,33 @@ struct Fp8Stored {
     std::vector<float> scale;   // N or 1 values, as the checkpoint holds them (bf16 values for ChannelBf16)
     float row_scale(int64_t n) const { return scale.size() == 1 ? scale[0] : scale[n]; }
 };
-inline Fp8Stored quantize_for_checkpoint(std::vector<float>& w, int64_t N, int64_t K, Fp8Store how) {
+// Sets the element of largest magnitude among x[0, n) to ±448 · 2^k, the power of two at or
+// above its magnitude / 448 (its quantization scale becomes 2^k); returns that magnitude.
+inline float largest_to_pow2_scale(float* x, int64_t n) {
+    int64_t at = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (std::fabs(x[i]) > std::fabs(x[at])) at = i;
+    const float m = kFp8Max * std::exp2(std::ceil(std::log2(std::fabs(x[at]) / kFp8Max)));
+    x[at] = std::copysign(m, x[at]);
+    return m;
+}
+
+inline Fp8Stored quantize_for_checkpoint(std::vector<float>& w, int64_t N, int64_t K, Fp8Store how, bool pow2) {
     Fp8Stored st;
     st.q.resize(N * K);
     if (how == Fp8Store::Channel || how == Fp8Store::ChannelBf16) {
         st.scale.resize(N);
-        for (int64_t n = 0; n < N; n++) quantize_row_fp8(&st.q[n * K], &st.scale[n], &w[n * K], (int)K, (int)K);
+        for (int64_t n = 0; n < N; n++) {
+            if (pow2) largest_to_pow2_scale(&w[n * K], K);
+            quantize_row_fp8(&st.q[n * K], &st.scale[n], &w[n * K], (int)K, (int)K);
+        }
         if (how == Fp8Store::ChannelBf16)
             for (float& s : st.scale) s = bf16_round(s);
         return st;
     }
     float amax = 0;
     for (float x : w) amax = std::max(amax, std::fabs(x));
+    if (pow2) amax = largest_to_pow2_scale(w.data(), N * K);
     if (how == Fp8Store::TensorRowsAtMax)
         for (int64_t n = 0; n < N; n++) w[n * K + n % K] = n % 2 ? -amax : amax;
     const float inv = fp8_row_inverse_scale(amax);
@@ -83,7 +101,7 @@ inline json compressed_tensors_config(const std::string& strategy = "channel") {
 // last (to break them on purpose).
 inline void write_fp8_pair(const std::string& fp8_dir, const std::string& deq_dir, const json& cfg_json,
                            const Fp8Choice& choose, unsigned seed = 1,
-                           const std::function<void(std::vector<RawTensor>&)>& edit = nullptr) {
+                           const std::function<void(std::vector<RawTensor>&)>& edit = nullptr, bool pow2 = false) {
     json fp8_cfg = cfg_json;
     fp8_cfg["quantization_config"] = compressed_tensors_config();
     write(fp8_dir + "/config.json", fp8_cfg.dump());
@@ -102,7 +120,7 @@ inline void write_fp8_pair(const std::string& fp8_dir, const std::string& deq_di
             continue;
         }
         const int64_t N = s.shape[0], K = s.shape[1];
-        const Fp8Stored st = quantize_for_checkpoint(w, N, K, how);
+        const Fp8Stored st = quantize_for_checkpoint(w, N, K, how, pow2);
         for (int64_t i = 0; i < N * K; i++) w[i] = st.row_scale(i / K) * e4m3_to_float(st.q[i]);
         fp8.push_back({s.name, s.shape, "F8_E4M3", bytes_of(st.q)});
         deq.push_back({s.name, s.shape, "F32", bytes_of(w)});
@@ -151,7 +169,8 @@ inline Fp8Store every_layout(const WeightSlot& s) {
     return mixed_layouts(s);
 }
 // every_layout without the generic per-tensor scale: requantizing its dequantized weights
-// gives back the same codes and scales (test_fp8_checkpoint_gpu.cu says why).
+// gives back the same codes, and with pow2 scales the same scales (test_fp8_checkpoint_gpu.cu
+// says why).
 inline Fp8Store requantizable_layouts(const WeightSlot& s) {
     const Fp8Store how = every_layout(s);
     return how == Fp8Store::Tensor ? Fp8Store::TensorRowsAtMax : how;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "engine.h"
 #include "fp8_checkpoint.h"
@@ -68,6 +69,45 @@ TEST(Fp8Checkpoint, CpuEngineEqualsDequantizedF32) {
     const std::vector<int> prompt = fp8_test_prompt(20, c.vocab);
     EXPECT_EQ(fp8->forward(prompt), ref->forward(prompt));
     for (int step = 0; step < 3; step++) EXPECT_EQ(fp8->forward({step * 5 + 1}), ref->forward({step * 5 + 1})) << step;
+}
+
+// What --dtype fp8 makes of the dequantized twin, computed here with fp8.h's quantizer (the
+// GPU's equals it bit for bit, test_fp8): the engine quantizes from bf16, so each row of the
+// twin rounded to bf16 must give back the stored codes, and the stored scale exactly when it is
+// a power of two, else within bf16's rounding, 2^-8 (test_fp8_checkpoint_gpu.cu relies on both).
+TEST(Fp8Checkpoint, RequantizingTheTwinGivesBackTheCodes) {
+    for (bool pow2 : {false, true}) {
+        Pair p;
+        write_fp8_pair(p.fp8, p.deq, fp8_test_config(), requantizable_layouts, 3, nullptr, pow2);
+        const ModelConfig c = load_config(p.fp8);
+        const Checkpoint ck(p.fp8);
+        const std::vector<WeightSlot> table = weight_table(c, &ck);
+        const auto twin = load_all(p.deq);
+        int64_t rows = 0, codes_differ = 0, scales_differ = 0;
+        double worst = 0;
+        for (size_t i = 0; i < table.size(); i++) {
+            const TensorView* t = ck.find(table[i].name);
+            if (t->dtype != DType::F8_E4M3) continue;
+            const int64_t N = t->shape[0], K = t->shape[1];
+            const std::vector<float> stored = fp8_row_scales(ck, table[i]);
+            std::vector<float> row(K);
+            std::vector<uint8_t> q(K);
+            for (int64_t n = 0; n < N; n++, rows++) {
+                for (int64_t k = 0; k < K; k++) row[k] = bf16_round(twin[i][n * K + k]);
+                float scale;
+                quantize_row_fp8(q.data(), &scale, row.data(), (int)K, (int)K);
+                codes_differ += std::memcmp(q.data(), (const uint8_t*)t->data + n * K, K) != 0;
+                scales_differ += scale != stored[n];
+                worst = std::max(worst, std::fabs((double)scale / stored[n] - 1));
+            }
+        }
+        std::printf("  %s scales: %lld rows, %lld with other codes, %lld with another scale (worst %.2e relative)\n",
+                    pow2 ? "power-of-two" : "any", (long long)rows, (long long)codes_differ, (long long)scales_differ,
+                    worst);
+        EXPECT_EQ(codes_differ, 0);
+        EXPECT_LE(worst, 0x1p-8);
+        if (pow2) EXPECT_EQ(scales_differ, 0);
+    }
 }
 
 // Static activation scales (input_scale) and an FP8 KV-cache scheme (k_scale, v_scale) are

@@ -5,14 +5,18 @@
 //   (scale · code rounded to fp32, then once to the dtype), with chunks cut mid-row; in FP8 it
 //   hands the codes over as stored.
 // - --dtype fp8 runs the stored codes and scales. Do they equal what the engine makes itself
-//   from the dequantized F32 twin? Per channel, the dequantized row's largest element is
-//   fl(s · 448) (fp8.h's quantizer puts the row maximum on code 448), so the engine's scale is
-//   fl(fl(s · 448) / 448) = s (it holds for every fp32 s we tried, 2·10^6 of them) and every
-//   other element fl(s · c) times 448 / amax lands within a few ulps of c, which rounds back to
-//   c: the same codes and scales, hence the same logits, bit for bit. A per-tensor scale gives
-//   the same only when every row reaches the tensor's maximum (TensorRowsAtMax); in general
-//   the engine would choose other scales per row, so there the test compares with the CPU
-//   engine on the same weights instead, within the bar of bf16 activations.
+//   from the dequantized F32 twin? The engine quantizes from bf16 (its staging type): row n of
+//   the twin holds bf16(s · c[k]), whose largest element is bf16(s · 448) (the checkpoint's
+//   quantizer put the row maximum on code 448). Every element then comes back within 2^-7
+//   (two bf16 roundings) of c[k], far inside E4M3's rounding interval (2^-5 relative, 2^-10
+//   absolute for subnormal codes): the same codes. The scale comes back as bf16(s · 448) / 448,
+//   which is s only when s · 448 is a bf16 number; in general it is off by up to 2^-8
+//   relative, which moves the logits by a few 1e-3. (test_fp8_checkpoint's
+//   RequantizingTheTwinGivesBackTheCodes checks both claims on the host.) So: with power-of-two scales (s · c exact in bf16) the logits
+//   are equal bit for bit; with any scales, within kScaleRoundingBar. A per-tensor scale gives
+//   back the same codes only when every row reaches the tensor's maximum (TensorRowsAtMax); in
+//   general the engine would choose other scales per row, so there the test compares with the
+//   CPU engine on the same weights instead, within the bar of bf16 activations.
 // - fp32 and bf16 engines on an FP8 checkpoint equal them on its dequantized twin, bit for bit.
 // - ./generate picks fp8 by itself for an FP8 checkpoint; --dtype overrides.
 // - A NaN code is an error naming the tensor, in fp8 and in bf16.
@@ -43,9 +47,10 @@ namespace {
 struct Pair {
     std::string fp8 = temp_dir(), deq = temp_dir();
 };
-Pair write_pair(const Fp8Choice& choose, const std::function<void(std::vector<RawTensor>&)>& edit = nullptr) {
+Pair write_pair(const Fp8Choice& choose, const std::function<void(std::vector<RawTensor>&)>& edit = nullptr,
+                bool pow2 = false) {
     Pair p;
-    write_fp8_pair(p.fp8, p.deq, fp8_test_config(), choose, 5, edit);
+    write_fp8_pair(p.fp8, p.deq, fp8_test_config(), choose, 5, edit, pow2);
     return p;
 }
 
@@ -145,21 +150,38 @@ TEST(Fp8CheckpointGpu, LoaderHandsOverCodesAsStored) {
 
 // ---- the engine ----
 
-TEST(Fp8CheckpointGpu, Fp8RunsStoredCodesAsItsOwnQuantization) {
-    SKIP_WITHOUT_GPU();
+// Scales that come back off by up to 2^-8 relative (bf16(s · 448) / 448): an estimate of a
+// few 1e-3 on the logits, to be confirmed on the GPU; an FP8 requantization is ~0.1, a misplaced
+// row or scale ~1.
+constexpr double kScaleRoundingBar = 1e-2;
+
+// The fp8 engine on the stored checkpoint and on the dequantized twin, prefill of 5 tokens
+// (the small-batch kernel) and of 40 (cuBLASLt), 3 decode steps after each.
+void compare_stored_with_requantized(bool pow2) {
     for (const Fp8Choice& choose : {Fp8Choice(mixed_layouts), Fp8Choice(requantizable_layouts)}) {
-        const Pair p = write_pair(choose);
+        const Pair p = write_pair(choose, nullptr, pow2);
         const ModelConfig c = load_config(p.fp8);
         const Checkpoint a(p.fp8), b(p.deq);
         auto stored = make_cuda_engine(c, &a, 64, DeviceDType::FP8), ours = make_cuda_engine(c, &b, 64, DeviceDType::FP8);
-        for (int len : {5, 40}) {   // the small-batch kernel, cuBLASLt
+        for (int len : {5, 40}) {
             const std::vector<float> x = run(*stored, len), y = run(*ours, len);
             const Diff d = diff(x, y);
-            std::printf("  prefill %d + 3 steps: stored codes vs requantized: max-abs %.3g%s\n", len, d.max_abs,
-                        x == y ? " (bit-identical)" : "");
-            EXPECT_LE(d.max_abs, 1e-5) << "prefill of " << len;
+            std::printf("  %s scales, prefill %d + 3 steps: stored vs requantized: rel-L2 %.3g, max-abs %.3g%s\n",
+                        pow2 ? "power-of-two" : "any", len, d.rel_l2, d.max_abs, x == y ? " (bit-identical)" : "");
+            if (pow2) EXPECT_LE(d.max_abs, 1e-5) << "prefill of " << len;
+            else EXPECT_LE(d.rel_l2, kScaleRoundingBar) << "prefill of " << len;
         }
     }
+}
+
+TEST(Fp8CheckpointGpu, Fp8StoredEqualsOwnQuantizationWithPow2Scales) {
+    SKIP_WITHOUT_GPU();
+    compare_stored_with_requantized(true);
+}
+
+TEST(Fp8CheckpointGpu, Fp8StoredCloseToOwnQuantization) {
+    SKIP_WITHOUT_GPU();
+    compare_stored_with_requantized(false);
 }
 
 // fp8 on a generic per-tensor scale against the CPU on the same weights: only the bf16
