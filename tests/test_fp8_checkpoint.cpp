@@ -106,7 +106,9 @@ TEST(Fp8Checkpoint, RequantizingTheTwinGivesBackTheCodes) {
                     worst);
         EXPECT_EQ(codes_differ, 0);
         EXPECT_LE(worst, 0x1p-8);
-        if (pow2) EXPECT_EQ(scales_differ, 0);
+        if (pow2) {
+            EXPECT_EQ(scales_differ, 0);
+        }
     }
 }
 

@@ -168,8 +168,8 @@ void compare_stored_with_requantized(bool pow2) {
             const Diff d = diff(x, y);
             std::printf("  %s scales, prefill %d + 3 steps: stored vs requantized: rel-L2 %.3g, max-abs %.3g%s\n",
                         pow2 ? "power-of-two" : "any", len, d.rel_l2, d.max_abs, x == y ? " (bit-identical)" : "");
-            if (pow2) EXPECT_LE(d.max_abs, 1e-5) << "prefill of " << len;
-            else EXPECT_LE(d.rel_l2, kScaleRoundingBar) << "prefill of " << len;
+            EXPECT_LE(pow2 ? d.max_abs : d.rel_l2, pow2 ? 1e-5 : kScaleRoundingBar)
+                << (pow2 ? "max-abs" : "rel-L2") << ", prefill of " << len;
         }
     }
 }
