@@ -123,9 +123,13 @@ def check_transformers_view(out, prompt, want):
     except ImportError:
         print("compressed-tensors is not installed: transformers' own view of the checkpoint not checked")
         return
-    m = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
-    with torch.no_grad():
-        got = m(torch.tensor([prompt])).logits[0].float()
+    try:
+        m = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+        with torch.no_grad():
+            got = m(torch.tensor([prompt])).logits[0].float()
+    except Exception as e:  # the files are written; this check is only informative
+        print(f"transformers could not load the folder itself: {type(e).__name__}: {e}")
+        return
     print(f"transformers' own loading (compressed-tensors): logits rel-L2 {rel_l2(got, want):.3e} "
           "against the reference (its decompression may compute in bf16)")
 
