@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "fp8_checkpoint.h"
 
 namespace olmo {
 
@@ -207,6 +208,7 @@ void parse_shape(const json& j, const Reader& rd, ModelConfig& c, const std::str
     c.norm_eps = c.family == Family::Olmo1 ? 1e-5f : rd.get_float("rms_norm_eps", 1e-5f, kMinEps, kMaxEps);
     if (c.family == Family::Olmo1) c.clip_qkv = rd.get_float("clip_qkv", 0.0f, 0.0, kMaxClip);
     c.tie_embeddings = rd.get_bool("tie_word_embeddings", false);
+    if (rd.has("quantization_config")) check_quantization_config(j["quantization_config"], where);   // FP8 only
     c.eos_ids = parse_ids(member_or_null(j, "eos_token_id"), where);
 }
 

@@ -25,6 +25,7 @@
 #include "elementwise.cuh"
 #include "engine.h"
 #include "fp8.cuh"
+#include "fp8_checkpoint.h"
 #include "fp8_gemm.h"
 #include "gpu_loader.h"
 #include "logprob.cuh"
@@ -313,10 +314,6 @@ private:
         return W;
     }
 
-    static bool is_linear(Param p) {
-        return p == Param::Wqkv || p == Param::Wo || p == Param::Wgu || p == Param::Wdown || p == Param::LmHead;
-    }
-
     // The engine tensor a weight slot lands in, at the slot's row (FP8 weights: see upload_fp8).
     T* slot_ptr(const WeightSlot& s) {
         GpuLayer<T>* L = s.layer >= 0 ? &layers_[s.layer] : nullptr;
@@ -351,7 +348,10 @@ private:
     // ---- FP8 weights ----
     // The tensors that stay in T load straight into place. The linear weights pass through a
     // staging buffer in T one group at a time (a layer's four matrices, or the output layer)
-    // and are quantized from there, so the model in T never has to fit on the GPU.
+    // and are quantized from there, so the model in T never has to fit on the GPU. Weights the
+    // checkpoint stores in FP8 (fp8_checkpoint.h) are not requantized: their codes go through
+    // the same staging buffer, raw, and are placed row by row into the padded layout, their
+    // scales beside them.
 
     // The linear weights of group g (layer g, or the output layer for g = n_layers), in order.
     std::vector<Weight<T>*> linear_group(int g) {
@@ -376,6 +376,40 @@ private:
         for (size_t i = 0; i < ws.size(); i++)
             quantize_rows_fp8(ws[i]->f8.q, ws[i]->f8.scale, from[i], ws[i]->N, ws[i]->K, ws[i]->f8.ld, stream_);
     }
+    // The FP8 matrix slot s of group g lands in; its first row is s.row_offset.
+    Fp8Matrix& slot_fp8(int g, const WeightSlot& s) { return linear_group(g)[place_in_group(s.param)]->f8; }
+
+    // Group g's slots stored in T: loaded into their places in staging, then quantized.
+    void load_and_quantize(const Checkpoint& ck, int g, const std::vector<WeightSlot>& slots, const std::vector<T*>& at,
+                           LoadProgress* progress, const GpuLoadOptions& part) {
+        std::vector<void*> dst;
+        for (const WeightSlot& s : slots) dst.push_back(at[place_in_group(s.param)] + s.offset());
+        load_to_device(ck, slots, dst, device_dtype<T>(), progress, part);
+        for (const WeightSlot& s : slots) {
+            Fp8Matrix& m = slot_fp8(g, s);
+            quantize_rows_fp8(m.q + s.row_offset * m.ld, m.scale + s.row_offset, at[place_in_group(s.param)] + s.offset(),
+                              (int)s.shape[0], m.K, m.ld, stream_);
+        }
+    }
+
+    // Group g's slots stored in FP8: codes [rows, K] raw into their places in staging, then
+    // copied row by row to [rows, ld] (the padding columns stay zero); scales from the checkpoint.
+    void load_stored_fp8(const Checkpoint& ck, int g, const std::vector<WeightSlot>& slots, const std::vector<T*>& at,
+                         LoadProgress* progress, const GpuLoadOptions& part) {
+        std::vector<void*> dst;
+        for (const WeightSlot& s : slots) dst.push_back(at[place_in_group(s.param)] + s.offset());
+        load_to_device(ck, slots, dst, DeviceDType::FP8, progress, part);
+        for (size_t i = 0; i < slots.size(); i++) {
+            const WeightSlot& s = slots[i];
+            Fp8Matrix& m = slot_fp8(g, s);
+            const size_t rows = s.shape[0];
+            cudaCheck(cudaMemcpy2DAsync(m.q + s.row_offset * m.ld, m.ld, dst[i], m.K, m.K, rows, cudaMemcpyDeviceToDevice,
+                                        stream_));
+            const std::vector<float> scale = fp8_row_scales(ck, s);   // (pageable: copied out before the call returns)
+            cudaCheck(cudaMemcpyAsync(m.scale + s.row_offset, scale.data(), rows * sizeof(float), cudaMemcpyHostToDevice,
+                                      stream_));
+        }
+    }
 
     void upload_fp8(const Checkpoint& ck, LoadProgress* progress) {
         size_t total = 0;
@@ -384,24 +418,24 @@ private:
         GpuLoadOptions part;
         part.part_of_load = true;
         DeviceBuffer<T> staging(staging_bytes() / sizeof(T));
-        std::vector<std::vector<WeightSlot>> groups(c_.n_layers + 1);   // slots of each staged group
+        // The linear slots of each staged group, stored in T or in FP8.
+        std::vector<std::vector<WeightSlot>> groups(c_.n_layers + 1), stored(c_.n_layers + 1);
         std::vector<WeightSlot> direct;
         std::vector<void*> direct_dst;
         for (const WeightSlot& s : table_) {
+            const int g = s.param == Param::LmHead ? c_.n_layers : s.layer;
             if (!is_linear(s.param)) direct.push_back(s), direct_dst.push_back(slot_ptr(s));
-            else groups[s.param == Param::LmHead ? c_.n_layers : s.layer].push_back(s);
+            else (ck.find(s.name)->dtype == DType::F8_E4M3 ? stored : groups)[g].push_back(s);
         }
         load_to_device(ck, direct, direct_dst, device_dtype<T>(), progress, part);
         for (int g = 0; g <= c_.n_layers; g++) {
             const std::vector<T*> at = staging_places(staging.p, g);
-            if (groups[g].empty()) {   // the output layer is the embedding (tied)
+            if (groups[g].empty() && stored[g].empty()) {   // the output layer is the embedding (tied)
                 quantize_group(g, {embed_});
                 continue;
             }
-            std::vector<void*> dst;
-            for (const WeightSlot& s : groups[g]) dst.push_back(at[place_in_group(s.param)] + s.offset());
-            load_to_device(ck, groups[g], dst, device_dtype<T>(), progress, part);
-            quantize_group(g, at);
+            if (!groups[g].empty()) load_and_quantize(ck, g, groups[g], at, progress, part);
+            if (!stored[g].empty()) load_stored_fp8(ck, g, stored[g], at, progress, part);
             cudaCheck(cudaStreamSynchronize(stream_));   // the staging buffer is reused by the next group
         }
         if (progress) progress->finish();

@@ -16,6 +16,7 @@
 #include "chat.h"
 #include "common.h"
 #include "engine.h"
+#include "fp8_checkpoint.h"
 #include "decoding.h"
 #include "program_setup.h"
 #include "threads.h"
@@ -50,7 +51,7 @@ std::vector<int> parse_id_list(const std::string& s) {
 }
 
 struct Options {
-    std::string model, tokenizer, prompt_file, prompts_file, prompt_ids, device = "auto", dtype = "bf16", random_weights;
+    std::string model, tokenizer, prompt_file, prompts_file, prompt_ids, device = "auto", dtype, random_weights;
     std::string system;
     std::vector<std::string> prompts;
     // Sampling flags: negative (0 for -n) = not given, generation_config.json decides.
@@ -333,7 +334,8 @@ bool parse_flags(int argc, char** argv, Options& o) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--dtype", o.dtype, "GPU storage dtype of weights and activations: bf16, fp16, fp32, or fp8 "
                    "(bf16 with the linear layers' weights in FP8 E4M3: half the bytes, faster decode, a little "
-                   "quality, see ./perplexity; sm_89+) (default bf16; the CPU always computes in fp32)")
+                   "quality, see ./perplexity; sm_89+) (default bf16, or fp8 for a checkpoint stored in FP8; the CPU always "
+                   "computes in fp32, and other dtypes dequantize an FP8 checkpoint at load)")
         ->check(CLI::IsMember({"bf16", "fp16", "fp32", "fp8"}));
     app.add_option("-c,--ctx-size,--max-seq-len", o.max_seq_len, "context: KV cache length in tokens, prompt + "
                    "generation (default: max_position_embeddings, capped at 4096)")->check(CLI::Range(1, 1 << 30));
@@ -565,6 +567,8 @@ int run(int argc, char** argv) {
 
     const bool use_cuda = choose_cuda(o.device, m.cfg);
     if (bench && !use_cuda) fail("--random-weights needs the CUDA engine (--device cuda)");
+    if (o.dtype.empty())   // a checkpoint stored in FP8 runs as stored (fp8_checkpoint.h)
+        o.dtype = use_cuda && ckpt && has_fp8_weights(*ckpt, weight_table(cfg, ckpt.get())) ? "fp8" : "bf16";
     stage = "loading the weights";
     const int kv_blocks = o.chat ? 0 : kv_pool_for(o, m.cfg, prompts, n_new, use_cuda);   // chat: one sequence
     auto t_load = Clock::now();

@@ -9,7 +9,10 @@
 //   3. same dtype as the engine: cudaMemcpyAsync pinned -> destination;
 //      another dtype:           cudaMemcpyAsync pinned -> scratch, then convert<T, S> scratch
 //                               -> destination on the same stream (stream order keeps the
-//                               scratch from being overwritten before the kernel read it),
+//                               scratch from being overwritten before the kernel read it);
+//                               FP8 codes (F8_E4M3) are dequantized there instead, each times
+//                               its row's scale (fp8_checkpoint.h; the scales of every such
+//                               tensor are uploaded once, before the workers start),
 //   4. records the buffer's event, and goes on with its other buffer while the DMA runs.
 // So the host reads, the PCIe copies and the conversions of 8 workers all overlap. The fused
 // wqkv / wgu need nothing special: a slot's destination is already base + row_offset * cols.
@@ -38,25 +41,64 @@
 #include <system_error>
 #include <thread>
 
+#include <cuda_fp8.h>
+
 #include "common.h"
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
+#include "fp8_checkpoint.h"
 #include "gpu_loader.h"
 
 namespace olmo {
 
 namespace {
 
-size_t device_size(DeviceDType dt) { return dt == DeviceDType::F32 ? 4 : 2; }
+size_t device_size(DeviceDType dt) { return dt == DeviceDType::F32 ? 4 : dt == DeviceDType::FP8 ? 1 : 2; }
 
 bool same_dtype(DType s, DeviceDType d) {
     return (s == DType::F32 && d == DeviceDType::F32) || (s == DType::F16 && d == DeviceDType::F16) ||
-           (s == DType::BF16 && d == DeviceDType::BF16);
+           (s == DType::BF16 && d == DeviceDType::BF16) || (s == DType::F8_E4M3 && d == DeviceDType::FP8);
 }
 
-// dst [n] (O) = src [n] (the checkpoint's dtype s) on the device, rounding once (RNE).
-template <typename O> void convert_from(O* dst, const void* src, DType s, int64_t n, cudaStream_t stream) {
+// An FP8 E4M3 code as stored (fp8.h), with its value for the kernels below (exact in fp32).
+struct E4M3 {
+    uint8_t bits;
+};
+__host__ __device__ inline float to_float(E4M3 x) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(x.bits, __NV_E4M3))); }
+using olmo::to_float;   // (the overload above would hide those of cuda_common.cuh here)
+
+// dst[i] = O(scale[(first + i) / cols] · E4M3(src[i])) for i < n: elements [first, first + n) of
+// an FP8 [rows, cols] tensor dequantized, the product rounded to fp32 (as the CPU loader does),
+// then once to O. Each thread takes kPer consecutive elements, so one division finds their row.
+template <typename O>
+__global__ void dequantize_e4m3_kernel(O* dst, const uint8_t* src, const float* scale, int64_t first, int64_t cols,
+                                       int64_t n) {
+    constexpr int kPer = 8;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x * kPer;
+    for (int64_t i0 = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * kPer; i0 < n; i0 += stride) {
+        int64_t row = (first + i0) / cols, row_end = (row + 1) * cols - first;   // row_end: index in the chunk
+        for (int64_t i = i0; i < i0 + kPer && i < n; i++) {
+            if (i == row_end) row++, row_end += cols;
+            dst[i] = from_float<O>(__fmul_rn(scale[row], to_float(E4M3{src[i]})));
+        }
+    }
+}
+
+// The row scales of an FP8 tensor being dequantized, and where the chunk lies in it.
+struct RowScales {
+    const float* scale = nullptr;   // [rows] on the device (null: not FP8)
+    int64_t first = 0, cols = 1;    // the chunk's first element; the tensor's columns
+};
+
+// dst [n] (O) = src [n] (the checkpoint's dtype s) on the device, rounding once (RNE); FP8
+// codes dequantized with their row scales.
+template <typename O>
+void convert_from(O* dst, const void* src, DType s, int64_t n, const RowScales& rs, cudaStream_t stream) {
     switch (s) {
+        case DType::F8_E4M3:
+            dequantize_e4m3_kernel<<<grid_blocks(n / 8 + 1, 256), 256, 0, stream>>>(
+                dst, static_cast<const uint8_t*>(src), rs.scale, rs.first, rs.cols, n);
+            return cudaCheckLaunch();
         case DType::F32: return convert(dst, static_cast<const float*>(src), n, stream);
         case DType::F16: return convert(dst, static_cast<const __half*>(src), n, stream);
         case DType::BF16: return convert(dst, static_cast<const __nv_bfloat16*>(src), n, stream);
@@ -64,12 +106,13 @@ template <typename O> void convert_from(O* dst, const void* src, DType s, int64_
     }
 }
 
-void convert_chunk(void* dst, DeviceDType d, const void* src, DType s, int64_t n, cudaStream_t stream) {
+void convert_chunk(void* dst, DeviceDType d, const void* src, DType s, int64_t n, const RowScales& rs,
+                   cudaStream_t stream) {
     switch (d) {
-        case DeviceDType::F32: return convert_from(static_cast<float*>(dst), src, s, n, stream);
-        case DeviceDType::F16: return convert_from(static_cast<__half*>(dst), src, s, n, stream);
-        case DeviceDType::BF16: return convert_from(static_cast<__nv_bfloat16*>(dst), src, s, n, stream);
-        case DeviceDType::FP8: break;   // refused by load_to_device
+        case DeviceDType::F32: return convert_from(static_cast<float*>(dst), src, s, n, rs, stream);
+        case DeviceDType::F16: return convert_from(static_cast<__half*>(dst), src, s, n, rs, stream);
+        case DeviceDType::BF16: return convert_from(static_cast<__nv_bfloat16*>(dst), src, s, n, rs, stream);
+        case DeviceDType::FP8: break;   // only F8_E4M3 loads as FP8, copied as it is (load_to_device)
     }
 }
 
@@ -114,19 +157,22 @@ struct Chunk {
     void* dst;        // device destination of element 0 of the chunk
     int64_t n;
     bool convert;     // the file's dtype is not the engine's
+    RowScales rs;     // FP8 codes to dequantize: their scales
 };
 
+// scale[i]: slot i's row scales on the device when it is FP8 being dequantized, else null.
 std::vector<Chunk> make_chunks(const std::vector<const TensorView*>& views, const std::vector<void*>& dst,
-                               DeviceDType dt, size_t staging, Files& files) {
+                               DeviceDType dt, size_t staging, Files& files, const std::vector<const float*>& scale) {
     std::vector<Chunk> chunks;
     for (size_t i = 0; i < views.size(); i++) {
         const TensorView& v = *views[i];
         const size_t src = dtype_size(v.dtype);
-        const int64_t per = staging / src;
+        const int64_t per = staging / src, cols = v.shape.size() == 2 ? v.shape[1] : 1;
         for (int64_t e = 0; e < v.numel(); e += per) {
             const int64_t n = std::min(per, v.numel() - e);
             chunks.push_back({&v, files.fd(v.file), v.offset + e * src, n * src,
-                              static_cast<char*>(dst[i]) + e * device_size(dt), n, !same_dtype(v.dtype, dt)});
+                              static_cast<char*>(dst[i]) + e * device_size(dt), n, !same_dtype(v.dtype, dt),
+                              RowScales{scale[i], e, cols}});
         }
     }
     return chunks;
@@ -189,7 +235,7 @@ void work(Shared& sh, char* staging, int buffers, size_t size, char* scratch) {
         read_exactly(c.fd, buf, c.bytes, c.at, *c.view);
         if (c.convert) {
             cudaCheck(cudaMemcpyAsync(scratch, buf, c.bytes, cudaMemcpyHostToDevice, ws.stream));
-            convert_chunk(c.dst, sh.dt, scratch, c.view->dtype, c.n, ws.stream);
+            convert_chunk(c.dst, sh.dt, scratch, c.view->dtype, c.n, c.rs, ws.stream);
         } else {
             cudaCheck(cudaMemcpyAsync(c.dst, buf, c.bytes, cudaMemcpyHostToDevice, ws.stream));
         }
@@ -247,6 +293,7 @@ void check_finite(const std::vector<WeightSlot>& table, const std::vector<const 
         const int64_t count = table[i].numel();
         if (dt == DeviceDType::F32) find_non_finite<float>(dst[i], count, f + i, stream);
         else if (dt == DeviceDType::F16) find_non_finite<__half>(dst[i], count, f + i, stream);
+        else if (dt == DeviceDType::FP8) find_non_finite<E4M3>(dst[i], count, f + i, stream);
         else find_non_finite<__nv_bfloat16>(dst[i], count, f + i, stream);
     }
     std::vector<u64> host(n);
@@ -258,9 +305,26 @@ void check_finite(const std::vector<WeightSlot>& table, const std::vector<const 
         const int64_t at = (int64_t)host[i];
         const float v = dt == DeviceDType::F32   ? element_at<float>(dst[i], at)
                         : dt == DeviceDType::F16 ? element_at<__half>(dst[i], at)
+                        : dt == DeviceDType::FP8 ? element_at<E4M3>(dst[i], at)
                                                  : element_at<__nv_bfloat16>(dst[i], at);
         fail(non_finite_weight_message(table[i], views[i]->file, at, v));
     }
+}
+
+// The row scales of every FP8 slot that is dequantized (dt is not FP8), back to back in one host
+// array; at[i]: where slot i's begin, or -1.
+std::vector<float> fp8_scales(const Checkpoint& ck, const std::vector<WeightSlot>& table,
+                              const std::vector<const TensorView*>& views, DeviceDType dt, std::vector<int64_t>& at) {
+    std::vector<float> all;
+    at.assign(table.size(), -1);
+    for (size_t i = 0; i < table.size(); i++) {
+        if (views[i]->dtype != DType::F8_E4M3) continue;
+        if (dt == DeviceDType::FP8) continue;   // the codes as stored; the caller places the scales
+        const std::vector<float> s = fp8_row_scales(ck, table[i]);
+        at[i] = (int64_t)all.size();
+        all.insert(all.end(), s.begin(), s.end());
+    }
+    return all;
 }
 
 // Joins every started thread on the way out, also when starting another one threw.
@@ -277,12 +341,23 @@ struct JoinAll {
 void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<void*>& dst,
                     DeviceDType dt, LoadProgress* progress, const GpuLoadOptions& opt) {
     if (dst.size() != table.size()) fail("load_to_device: one destination per weight slot");
-    if (dt == DeviceDType::FP8) fail("load_to_device: FP8 weights are loaded in bf16 and quantized by the engine");
     const std::vector<const TensorView*> views = checkpoint_views(ck, table);   // every check first
+    for (size_t i = 0; i < views.size() && dt == DeviceDType::FP8; i++)
+        if (views[i]->dtype != DType::F8_E4M3)
+            fail("load_to_device: \"" + table[i].name + "\" is " + dtype_name(views[i]->dtype) +
+                 ", and only F8_E4M3 tensors load as FP8 codes (the engine quantizes the others)");
+    std::vector<int64_t> scale_at;
+    const std::vector<float> host_scales = fp8_scales(ck, table, views, dt, scale_at);
+    DeviceScratch scales(host_scales.size() * sizeof(float));     // [rows of every dequantized FP8 slot]
+    if (!host_scales.empty())
+        cudaCheck(cudaMemcpy(scales.p, host_scales.data(), host_scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+    std::vector<const float*> scale(table.size(), nullptr);
+    for (size_t i = 0; i < table.size(); i++)
+        if (scale_at[i] >= 0) scale[i] = reinterpret_cast<const float*>(scales.p) + scale_at[i];
     const size_t size = std::max<size_t>(opt.staging_bytes / 16 * 16, 16);
     const int buffers = std::max(opt.buffers_per_thread, 1);
     Files files;
-    const std::vector<Chunk> chunks = make_chunks(views, dst, dt, size, files);
+    const std::vector<Chunk> chunks = make_chunks(views, dst, dt, size, files, scale);
     size_t total = 0;
     for (const TensorView* v : views) total += v->nbytes();
     if (progress && !opt.part_of_load) progress->start(total);

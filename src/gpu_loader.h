@@ -5,7 +5,8 @@
 // pinned staging buffers and cudaMemcpyAsync them on their own streams, several copies in
 // flight; a tensor stored in another dtype is uploaded raw into a device scratch chunk and
 // converted there by the `convert` kernel (the same rounding as from_float<T>(to_f32(x)) on the
-// host). gpu_loader.cu explains the design.
+// host; FP8 codes are dequantized with their scales, fp8_checkpoint.h). gpu_loader.cu explains
+// the design.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,7 +32,9 @@ struct GpuLoadOptions {
     bool part_of_load = false;            // one of several calls: the caller starts and finishes progress
 };
 
-// dst[i]: device memory for table[i].numel() elements of dtype dt. Every tensor is checked
+// dst[i]: device memory for table[i].numel() elements of dtype dt. dt FP8: every slot must be
+// F8_E4M3, and its codes are copied as stored, [rows, cols] unpadded (the caller places them and
+// their scales in the engine's layout). Every tensor is checked
 // (present, shape, dtype) before the first copy; errors name the file and tensor. Returns once
 // every byte is in place and checked: a NaN or Inf in any tensor, as stored on the device, is
 // an error naming it. progress may be null.

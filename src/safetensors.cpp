@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "fp8.h"
 
 namespace olmo {
 
@@ -23,6 +24,7 @@ size_t dtype_size(DType t) {
     switch (t) {
         case DType::F32: case DType::I32: return 4;
         case DType::F16: case DType::BF16: return 2;
+        case DType::F8_E4M3: return 1;
         case DType::I64: return 8;
     }
     return 0;
@@ -33,6 +35,7 @@ const char* dtype_name(DType t) {
         case DType::F32: return "F32";
         case DType::F16: return "F16";
         case DType::BF16: return "BF16";
+        case DType::F8_E4M3: return "F8_E4M3";
         case DType::I32: return "I32";
         case DType::I64: return "I64";
     }
@@ -67,7 +70,11 @@ static DType parse_dtype(const std::string& s, const std::string& where) {
     if (s == "BF16") return DType::BF16;
     if (s == "I32") return DType::I32;
     if (s == "I64") return DType::I64;
-    fail(where + ": unsupported dtype \"" + s + "\" (supported: F32, F16, BF16, I32, I64)");
+    if (s == "F8_E4M3") return DType::F8_E4M3;
+    if (s.rfind("F8_", 0) == 0 || s.rfind("F6_", 0) == 0 || s == "F4")
+        fail(where + ": dtype \"" + s + "\" is not supported (of the float formats of 8 bits and fewer only " +
+             "F8_E4M3 loads: FP8 E4M3 weights with a weight_scale)");
+    fail(where + ": unsupported dtype \"" + s + "\" (supported: F32, F16, BF16, F8_E4M3, I32, I64)");
 }
 
 // The largest JSON header we parse (the safetensors format's own limit): a real header lists a
@@ -229,6 +236,11 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
 
 bool Checkpoint::has(const std::string& name) const { return index_.count(name) > 0; }
 
+const TensorView* Checkpoint::find(const std::string& name) const {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : it->second;
+}
+
 const TensorView& Checkpoint::get(const std::string& name, const std::vector<int64_t>& shape) const {
     auto it = index_.find(name);
     if (it == index_.end()) fail(dir_ + ": missing tensor \"" + name + "\" in the checkpoint");
@@ -238,8 +250,8 @@ const TensorView& Checkpoint::get(const std::string& name, const std::vector<int
         want.shape = shape;
         fail(t.file + ": tensor \"" + name + "\" has shape " + t.shape_str() + " but the config needs " + want.shape_str());
     }
-    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-        fail(t.file + ": tensor \"" + name + "\" has dtype " + dtype_name(t.dtype) + ", expected F32, F16 or BF16");
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::F8_E4M3)
+        fail(t.file + ": tensor \"" + name + "\" has dtype " + dtype_name(t.dtype) + ", expected F32, F16, BF16 or F8_E4M3");
     return t;
 }
 
@@ -289,6 +301,7 @@ void to_f32(const TensorView& t, int64_t begin, int64_t n, float* out) {
         case DType::F32: std::memcpy(out, static_cast<const char*>(t.data) + begin * 4, n * sizeof(float)); break;
         case DType::BF16: for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(load<uint16_t>(t.data, begin + i)); break;
         case DType::F16: for (int64_t i = 0; i < n; i++) out[i] = f16_to_f32(load<uint16_t>(t.data, begin + i)); break;
+        case DType::F8_E4M3: for (int64_t i = 0; i < n; i++) out[i] = e4m3_to_float(load<uint8_t>(t.data, begin + i)); break;
         default: fail(t.file + ": tensor \"" + t.name + "\" is " + dtype_name(t.dtype) + ", not a float type");
     }
 }

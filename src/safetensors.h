@@ -6,6 +6,8 @@
 // (known dtype, offsets inside the file, end-begin == numel*dtype size, no overlaps) and hand
 // out TensorViews that point straight into the mapping. Nothing is copied until a caller
 // converts a view to the dtype it wants, or (the GPU loader) preads its bytes at `offset`.
+// F8_E4M3 holds FP8 codes (fp8.h), which mean weights only with their scales
+// (fp8_checkpoint.h); the other FP8 formats (F8_E5M2, ...) are refused by name.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -15,7 +17,7 @@
 
 namespace olmo {
 
-enum class DType { F32, F16, BF16, I32, I64 };
+enum class DType { F32, F16, BF16, F8_E4M3, I32, I64 };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
@@ -55,7 +57,9 @@ class Checkpoint {
 public:
     explicit Checkpoint(const std::string& dir);
     bool has(const std::string& name) const;
-    // The tensor `name`, checked against the expected shape; throws naming file and tensor.
+    const TensorView* find(const std::string& name) const;   // null when absent (no checks)
+    // The tensor `name`, checked against the expected shape and for a weight's dtype (F32,
+    // F16, BF16, or F8_E4M3 codes); throws naming file and tensor.
     const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const;
     const std::string& dir() const { return dir_; }
 private:
@@ -64,7 +68,8 @@ private:
     std::map<std::string, const TensorView*> index_;
 };
 
-// Converts any floating tensor to fp32 (BF16/F16 widened exactly).
+// Converts any floating tensor to fp32 (BF16/F16 widened exactly; F8_E4M3: the codes' values,
+// without any scale).
 std::vector<float> to_f32(const TensorView& t);
 // The same for elements [begin, begin + n) of t, written to out[0, n).
 void to_f32(const TensorView& t, int64_t begin, int64_t n, float* out);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common.h"
+#include "fp8_checkpoint.h"
 
 namespace olmo {
 
@@ -21,6 +22,10 @@ ParamShape param_shape(const ModelConfig& c, Param p) {
         case Param::Wdown: return {H, I};
     }
     return {0, 0};
+}
+
+bool is_linear(Param p) {
+    return p == Param::Wqkv || p == Param::Wo || p == Param::Wgu || p == Param::Wdown || p == Param::LmHead;
 }
 
 int64_t WeightSlot::numel() const {
@@ -77,7 +82,9 @@ std::vector<const TensorView*> checkpoint_views(const Checkpoint& ck, const std:
     for (const WeightSlot& s : table) {
         if (s.param == Param::LmHead && !ck.has(s.name))
             fail(ck.dir() + ": missing tensor \"lm_head.weight\" (and tie_word_embeddings is false)");
-        views.push_back(&ck.get(s.name, s.shape));
+        const TensorView& t = ck.get(s.name, s.shape);
+        if (t.dtype == DType::F8_E4M3) fp8_scale_tensor(ck, s, t);   // its layout, checked
+        views.push_back(&t);
     }
     return views;
 }
@@ -137,6 +144,9 @@ std::string non_finite_weight_message(const WeightSlot& slot, const std::string&
 void load_f32(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<float*>& dst,
               LoadProgress* progress) {
     const std::vector<const TensorView*> views = checkpoint_views(ck, table);
+    std::vector<std::vector<float>> scales(views.size());   // FP8 weights: the scale of each row
+    for (size_t i = 0; i < views.size(); i++)
+        if (views[i]->dtype == DType::F8_E4M3) scales[i] = fp8_row_scales(ck, table[i]);
     // Chunks of at most 1M elements, so big and small tensors spread evenly over the cores.
     struct Chunk {
         size_t slot;
@@ -150,15 +160,16 @@ void load_f32(const Checkpoint& ck, const std::vector<WeightSlot>& table, const 
         total += views[i]->nbytes();
     }
     if (progress) progress->start(total);
-    // Nothing in the loop throws: checkpoint_views() has checked every dtype. Each chunk is
-    // scanned for NaN/Inf right after its conversion, while it is still in cache (a few percent
-    // of the load); bad[k] is the first such element of chunk k, or -1.
+    // Nothing in the loop throws: checkpoint_views() has checked every dtype, and the FP8 scales
+    // are read. Each chunk is scanned for NaN/Inf right after its conversion, while it is still in
+    // cache (a few percent of the load); bad[k] is the first such element of chunk k, or -1.
     std::vector<int64_t> bad(chunks.size(), -1);
 #pragma omp parallel for schedule(dynamic)
     for (size_t k = 0; k < chunks.size(); k++) {
         const Chunk& c = chunks[k];
         const TensorView& v = *views[c.slot];
         to_f32(v, c.begin, c.n, dst[c.slot] + c.begin);
+        if (!scales[c.slot].empty()) apply_row_scales(dst[c.slot] + c.begin, c.begin, c.n, v.shape[1], scales[c.slot].data());
         bad[k] = first_non_finite(dst[c.slot] + c.begin, c.n);
         if (progress) progress->add(c.n * dtype_size(v.dtype));
     }

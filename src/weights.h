@@ -42,6 +42,8 @@ struct ParamShape {
     int64_t numel() const { return rows * cols; }
 };
 ParamShape param_shape(const ModelConfig& c, Param p);
+// Whether p is a linear layer's weight (Wqkv, Wo, Wgu, Wdown, LmHead): the tensors FP8 applies to.
+bool is_linear(Param p);
 
 // One checkpoint tensor and its place in an engine tensor.
 struct WeightSlot {
@@ -61,7 +63,8 @@ std::vector<WeightSlot> weight_table(const ModelConfig& c, bool own_lm_head);
 std::vector<WeightSlot> weight_table(const ModelConfig& c, const Checkpoint* ck);
 bool has_lm_head(const std::vector<WeightSlot>& table);
 
-// The checkpoint's view of every slot, checked (present, shape, float dtype) before any copy.
+// The checkpoint's view of every slot, checked (present, shape, float dtype; an F8_E4M3 weight's
+// scale layout, fp8_checkpoint.h) before any copy.
 std::vector<const TensorView*> checkpoint_views(const Checkpoint& ck, const std::vector<WeightSlot>& table);
 
 // Counts the bytes of a load from any thread, and calls `report` while it runs (at most every
@@ -91,7 +94,7 @@ private:
 };
 
 // Fills dst[i] (table[i].numel() floats each) with table[i]'s tensor as fp32, in parallel
-// chunks; progress may be null. A NaN or Inf in any tensor is an error naming it (the GPU
+// chunks (an FP8 weight dequantized: scale · code, fp8_checkpoint.h); progress may be null. A NaN or Inf in any tensor is an error naming it (the GPU
 // loader makes the same check on the device).
 void load_f32(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<float*>& dst,
               LoadProgress* progress);

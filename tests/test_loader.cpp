@@ -210,7 +210,8 @@ TEST(SafeTensors, BrokenFiles) {
     bad("abc", {"truncated"});
     bad(std::string("\xff\xff\0\0\0\0\0\0", 8) + "{}", {"header length", "past the end"});
     bad(safetensors_bytes(json(), "").replace(8, 4, "{\"a\""), {"malformed JSON"});
-    bad(safetensors_bytes({{"a", entry("F8_E4M3", {4}, {0, 4})}}, data), {"tensor \"a\"", "unsupported dtype \"F8_E4M3\""});
+    bad(safetensors_bytes({{"a", entry("F8_E5M2", {4}, {0, 4})}}, data), {"tensor \"a\"", "dtype \"F8_E5M2\" is not supported"});
+    bad(safetensors_bytes({{"a", entry("U8", {4}, {0, 4})}}, data), {"tensor \"a\"", "unsupported dtype \"U8\""});
     bad(safetensors_bytes({{"a", entry("F32", {8}, {0, 32})}}, data), {"out of range"});
     bad(safetensors_bytes({{"a", entry("F32", {3}, {0, 16})}}, data), {"span 16 bytes", "needs 12"});
     bad(safetensors_bytes({{"a", entry("F32", {2}, {0, 8})}, {"b", entry("F32", {2}, {4, 12})}}, data), {"overlap"});
@@ -562,7 +563,7 @@ TEST(CpuEngineLoad, BrokenCheckpointsAreCleanErrors) {
                                      "the config needs [64, 32]"});
     ts.back().shape = {saved.shape[1], saved.shape[0]};
     ts.back().dtype = "I32";
-    expect_error([&] { load(ts); }, {"model.safetensors", "has dtype I32, expected F32, F16 or BF16"});
+    expect_error([&] { load(ts); }, {"model.safetensors", "has dtype I32, expected F32, F16, BF16 or F8_E4M3"});
 }
 
 }  // namespace
