@@ -568,7 +568,7 @@ int run(int argc, char** argv) {
     const bool use_cuda = choose_cuda(o.device, m.cfg);
     if (bench && !use_cuda) fail("--random-weights needs the CUDA engine (--device cuda)");
     if (o.dtype.empty())   // a checkpoint stored in FP8 runs as stored (fp8_checkpoint.h)
-        o.dtype = use_cuda && ckpt && has_fp8_weights(*ckpt, weight_table(cfg, ckpt.get())) ? "fp8" : "bf16";
+        o.dtype = use_cuda && m.ckpt && has_fp8_weights(*m.ckpt, weight_table(m.cfg, m.ckpt.get())) ? "fp8" : "bf16";
     stage = "loading the weights";
     const int kv_blocks = o.chat ? 0 : kv_pool_for(o, m.cfg, prompts, n_new, use_cuda);   // chat: one sequence
     auto t_load = Clock::now();
