@@ -150,10 +150,12 @@ TEST(Fp8CheckpointGpu, LoaderHandsOverCodesAsStored) {
 
 // ---- the engine ----
 
-// Scales that come back off by up to 2^-8 relative (bf16(s · 448) / 448): an estimate of a
-// few 1e-3 on the logits, to be confirmed on the GPU; an FP8 requantization is ~0.1, a misplaced
-// row or scale ~1.
-constexpr double kScaleRoundingBar = 1e-2;
+// Scales that come back off by up to 2^-8 relative (bf16(s · 448) / 448). Measured on the H200:
+// logits rel-L2 0.004 after a prefill of 5 tokens (the small-batch kernel, bf16 activations) and
+// 0.022-0.024 after one of 40 (cuBLASLt: the activations are quantized per token to FP8 too, and
+// the slightly different weights move some of their codes). An FP8 requantization of the
+// weights is ~0.1, a misplaced row or scale ~1.
+constexpr double kScaleRoundingBar = 4e-2;
 
 // The fp8 engine on the stored checkpoint and on the dequantized twin, prefill of 5 tokens
 // (the small-batch kernel) and of 40 (cuBLASLt), 3 decode steps after each.
