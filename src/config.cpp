@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
-#include "fp8_checkpoint.h"
+#include "fp8.h"
 
 namespace olmo {
 
@@ -34,6 +34,41 @@ std::vector<float> RopeConfig::inv_freq(int head_dim) const {
 }
 
 namespace {
+
+// j[key] as text for a message: a string as it is, anything else as a JSON excerpt.
+std::string text(const json& j, const char* key) {
+    if (!j.is_object() || !j.contains(key)) return "";
+    return j[key].is_string() ? j[key].get<std::string>() : json_excerpt(j[key]);
+}
+
+// One compressed-tensors scheme's "weights": 8-bit float, one scale per channel or per tensor.
+void check_weight_scheme(const json& w, const std::string& at) {
+    if (w.is_null()) return;   // a group that quantizes only activations
+    const std::string bits = text(w, "num_bits"), type = text(w, "type"), strategy = text(w, "strategy");
+    if (bits == "8" && type == "float" && (strategy == "channel" || strategy == "tensor")) return;
+    fail(at + ": " + bits + "-bit " + type + " weights with strategy \"" + strategy + "\" are not supported (" +
+         kFp8CheckpointLayouts + ")");
+}
+
+// FP8 checkpoints (fp8_checkpoint.h): config.json names only what cannot load; the tensors decide.
+void check_quantization_config(const json& q, const std::string& where) {
+    const std::string at = where + ": quantization_config";
+    if (!q.is_object()) fail(at + " is not an object");
+    const std::string method = text(q, "quant_method");
+    if (method == "compressed-tensors") {
+        if (q.contains("config_groups") && q["config_groups"].is_object())
+            for (auto& [name, group] : q["config_groups"].items())
+                if (group.is_object() && group.contains("weights"))
+                    check_weight_scheme(group["weights"], at + ".config_groups." + name + ".weights");
+        return;   // input_activations and kv_cache_scheme: ignored (fp8_checkpoint.h says why)
+    }
+    if (method == "fbgemm_fp8") return;   // per-channel E4M3 weights with weight_scale [N, 1]
+    if (method == "fp8")
+        fail(at + ": quant_method \"fp8\" (transformers' fine-grained FP8: weight_scale_inv, weight_block_size " +
+             text(q, "weight_block_size") + ", as in DeepSeek-V3 and Qwen3 FP8) is not supported; " +
+             kFp8CheckpointLayouts);
+    fail(at + ": quant_method \"" + method + "\" is not supported; " + kFp8CheckpointLayouts);
+}
 
 // Limits on the sizes a config may state (and kMaxVocabSize, in common.h). They are far above
 // any OLMo (hidden 8192, vocab 100k, 128 heads of 128) and low enough that products such as n_heads * head_dim and the

@@ -21,6 +21,11 @@
 namespace olmo {
 
 constexpr float kFp8Max = 448.0f;
+
+// The FP8 checkpoints that load (src/fp8_checkpoint.h), as the errors about the others say it.
+constexpr const char* kFp8CheckpointLayouts =
+    "FP8 loads as F8_E4M3 weights with a weight_scale per output channel ([N, 1] or [N]) or per tensor ([] or "
+    "[1]), as compressed-tensors and fbgemm_fp8 store them";
 constexpr float kFp8TinyRow = 1e-30f;
 
 inline uint8_t e4m3_from_float(float f) {

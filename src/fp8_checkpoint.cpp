@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common.h"
+#include "fp8.h"
 
 namespace olmo {
 
@@ -11,29 +12,10 @@ using json = nlohmann::json;
 
 namespace {
 
-// What the errors say loads.
-const char* kWhatLoads = "FP8 loads as F8_E4M3 weights with a weight_scale per output channel ([N, 1] or [N]) "
-                         "or per tensor ([] or [1]), as compressed-tensors and fbgemm_fp8 store them";
-
 bool per_channel(const std::vector<int64_t>& shape, int64_t N) {
     return shape == std::vector<int64_t>{N, 1} || shape == std::vector<int64_t>{N};
 }
 bool per_tensor(const std::vector<int64_t>& shape) { return shape.empty() || shape == std::vector<int64_t>{1}; }
-
-// j[key] as text for a message: a string as it is, anything else as a JSON excerpt.
-std::string text(const json& j, const char* key) {
-    if (!j.is_object() || !j.contains(key)) return "";
-    return j[key].is_string() ? j[key].get<std::string>() : json_excerpt(j[key]);
-}
-
-// One compressed-tensors scheme's "weights": 8-bit float, one scale per channel or per tensor.
-void check_weight_scheme(const json& w, const std::string& at) {
-    if (w.is_null()) return;   // a group that quantizes only activations
-    const std::string bits = text(w, "num_bits"), type = text(w, "type"), strategy = text(w, "strategy");
-    if (bits == "8" && type == "float" && (strategy == "channel" || strategy == "tensor")) return;
-    fail(at + ": " + bits + "-bit " + type + " weights with strategy \"" + strategy + "\" are not supported (" +
-         kWhatLoads + ")");
-}
 
 }  // namespace
 
@@ -50,14 +32,14 @@ const TensorView& fp8_scale_tensor(const Checkpoint& ck, const WeightSlot& s, co
                      "must be F32, F16 or BF16)");
     if (ck.has(s.name + "_scale_inv"))
         fail(where + ": block-scaled FP8 (\"" + s.name + "_scale_inv\", one scale per 128x128 block, as in " +
-             "DeepSeek-V3 and Qwen3 FP8) is not supported; " + kWhatLoads);
+             "DeepSeek-V3 and Qwen3 FP8) is not supported; " + kFp8CheckpointLayouts);
     const std::string name = s.name + "_scale";
     const TensorView* scale = ck.find(name);
-    if (!scale) fail(where + " is F8_E4M3 but the checkpoint has no \"" + name + "\"; " + kWhatLoads);
+    if (!scale) fail(where + " is F8_E4M3 but the checkpoint has no \"" + name + "\"; " + kFp8CheckpointLayouts);
     const int64_t N = s.shape[0];
     if (!per_channel(scale->shape, N) && !per_tensor(scale->shape))
         fail(scale->file + ": tensor \"" + name + "\" has shape " + scale->shape_str() + " for a weight of shape " +
-             t.shape_str() + ": per-group or per-block scales are not supported; " + kWhatLoads);
+             t.shape_str() + ": per-group or per-block scales are not supported; " + kFp8CheckpointLayouts);
     if (scale->dtype != DType::F32 && scale->dtype != DType::BF16 && scale->dtype != DType::F16)
         fail(scale->file + ": tensor \"" + name + "\" has dtype " + dtype_name(scale->dtype) +
              ", expected F32, BF16 or F16");
@@ -85,24 +67,6 @@ void apply_row_scales(float* out, int64_t begin, int64_t n, int64_t cols, const 
         if (i == row_end) row++, row_end += cols;
         out[i - begin] *= row_scale[row];
     }
-}
-
-void check_quantization_config(const json& q, const std::string& where) {
-    const std::string at = where + ": quantization_config";
-    if (!q.is_object()) fail(at + " is not an object");
-    const std::string method = text(q, "quant_method");
-    if (method == "compressed-tensors") {
-        if (q.contains("config_groups") && q["config_groups"].is_object())
-            for (auto& [name, group] : q["config_groups"].items())
-                if (group.is_object() && group.contains("weights"))
-                    check_weight_scheme(group["weights"], at + ".config_groups." + name + ".weights");
-        return;   // input_activations and kv_cache_scheme: ignored (fp8_checkpoint.h says why)
-    }
-    if (method == "fbgemm_fp8") return;   // per-channel E4M3 weights with weight_scale [N, 1]
-    if (method == "fp8")
-        fail(at + ": quant_method \"fp8\" (transformers' fine-grained FP8: weight_scale_inv, weight_block_size " +
-             text(q, "weight_block_size") + ", as in DeepSeek-V3 and Qwen3 FP8) is not supported; " + kWhatLoads);
-    fail(at + ": quant_method \"" + method + "\" is not supported; " + kWhatLoads);
 }
 
 }  // namespace olmo

@@ -24,7 +24,7 @@
 // both at least as accurate as one calibrated per-tensor scale; the KV cache stays bf16.
 //
 // config.json's quantization_config is read only to refuse, by name, the methods and schemes
-// that cannot load (check_quantization_config, called by parse_config); the tensors decide.
+// that cannot load (check_quantization_config in config.cpp, called by parse_config); the tensors decide.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -52,8 +52,5 @@ std::vector<float> fp8_row_scales(const Checkpoint& ck, const WeightSlot& s);
 // [rows, cols] tensor, converted to fp32 codes, become the weights they stand for.
 void apply_row_scales(float* out, int64_t begin, int64_t n, int64_t cols, const float* row_scale);
 
-// config.json's "quantization_config" (q), `where` naming the file: an error for a method or
-// scheme that cannot load (block-scaled FP8, integer or 4-bit weights, ...).
-void check_quantization_config(const nlohmann::json& q, const std::string& where);
 
 }  // namespace olmo
