@@ -73,6 +73,15 @@ void translate_errors(std::exception_ptr p) {
     }
 }
 
+// A tensor's shape as text for a message, "[2, 3, 4]". Built here instead of streaming
+// c10::IntArrayRef into c10::str: the first message that did so ended the pytest run on the
+// H200 machine with a segmentation fault (flash_attention with a 3-D q), the others did not.
+std::string shape_of(const at::Tensor& t) {
+    std::string s = "[";
+    for (int64_t i = 0; i < t.dim(); i++) s += (i ? ", " : "") + std::to_string(t.size(i));
+    return s + "]";
+}
+
 DType dtype_of(const at::Tensor& t, const char* who, const char* what) {
     switch (t.scalar_type()) {
         case at::kFloat: return DType::F32;
@@ -176,7 +185,7 @@ struct Queries {
 
 Queries queries(const char* who, const at::Tensor& q, bool whole_batch) {
     CHECK_VALUE(q.dim() == 4, who, ": q must be 4-D [batch, heads, seq, head_dim] (SDPA's layout), got shape ",
-                q.sizes());
+                shape_of(q));
     CHECK_TYPE(q.is_cuda(), who, ": q must be a CUDA tensor, got one on ", q.device());
     Queries r;
     r.dtype = dtype_of(q, who, "q");
@@ -202,9 +211,9 @@ void check_kv(const char* who, const at::Tensor& q, const at::Tensor& k, const a
     check_same_dtype(k, q, who, "k");
     check_same_dtype(v, q, who, "v");
     CHECK_VALUE(k.dim() == 4 && k.sizes() == v.sizes(), who,
-                ": k and v must be 4-D [batch, kv_heads, seq, head_dim] of one shape, got ", k.sizes(), " and ",
-                v.sizes());
-    CHECK_VALUE(k.size(0) == qs.B && k.size(3) == qs.hd, who, ": q ", q.sizes(), " and k ", k.sizes(),
+                ": k and v must be 4-D [batch, kv_heads, seq, head_dim] of one shape, got ", shape_of(k), " and ",
+                shape_of(v));
+    CHECK_VALUE(k.size(0) == qs.B && k.size(3) == qs.hd, who, ": q ", shape_of(q), " and k ", shape_of(k),
                 " differ in batch or head_dim");
     kv_heads(who, qs, k.size(1));
 }
@@ -411,7 +420,7 @@ Pool paged_inputs(const char* who, const at::Tensor& q, const Queries& qs, const
     CHECK_VALUE(k_pool.dim() == 4 && k_pool.sizes() == v_pool.sizes(), who,
                 ": k_pool and v_pool must be 4-D [num_blocks, block_size, kv_heads, head_dim] of one shape, "
                 "got ",
-                k_pool.sizes(), " and ", v_pool.sizes());
+                shape_of(k_pool), " and ", shape_of(v_pool));
     CHECK_VALUE(k_pool.size(3) == qs.hd, who, ": k_pool's head_dim ", k_pool.size(3), " is not q's ", qs.hd);
     CHECK_VALUE(k_pool.is_contiguous() && v_pool.is_contiguous() && aligned16(k_pool) && aligned16(v_pool), who,
                 ": k_pool and v_pool must be contiguous (they are written in place by rope_qkv)");
@@ -422,7 +431,7 @@ Pool paged_inputs(const char* who, const at::Tensor& q, const Queries& qs, const
     check_cuda(table, q, who, "block_table");
     CHECK_TYPE(table.scalar_type() == at::kInt, who, ": block_table must be int32, got ", table.scalar_type());
     CHECK_VALUE(table.dim() == 2 && table.size(0) == qs.B && (table.size(1) <= 1 || table.stride(1) == 1), who,
-                ": block_table must be [batch, max_blocks] with rows contiguous, got ", table.sizes());
+                ": block_table must be [batch, max_blocks] with rows contiguous, got ", shape_of(table));
     checked_int(table.stride(0), who, "block_table's row stride");
     return p;
 }
@@ -507,10 +516,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     const DType xt = dtype_of(x, who, "x"), wt = dtype_of(weight, who, "weight");
     check_cuda(weight, x, who, "weight");
     CHECK_VALUE(weight.dim() == 1 && weight.size(0) > 0, who, ": weight must be 1-D and not empty, got ",
-                weight.sizes());
+                shape_of(weight));
     const int64_t H = weight.size(0);
     CHECK_VALUE(x.dim() >= 1 && x.size(-1) == H, who, ": x's last dim must be weight's ", H, ", got x ",
-                x.sizes());
+                shape_of(x));
     check_finite(who, "eps", eps, 0.0);
     at::Tensor out = at::empty(x.sizes(), x.options());
     if (x.numel() == 0) return out;
@@ -526,7 +535,7 @@ at::Tensor layer_norm(const at::Tensor& x, double eps) {
     const char* who = "layer_norm";
     CHECK_TYPE(x.is_cuda(), who, ": x must be a CUDA tensor, got one on ", x.device());
     const DType xt = dtype_of(x, who, "x");
-    CHECK_VALUE(x.dim() >= 1 && x.size(-1) > 0, who, ": x must have a non-empty last dim, got ", x.sizes());
+    CHECK_VALUE(x.dim() >= 1 && x.size(-1) > 0, who, ": x must have a non-empty last dim, got ", shape_of(x));
     check_finite(who, "eps", eps, 0.0);
     at::Tensor out = at::empty(x.sizes(), x.options());
     if (x.numel() == 0) return out;
@@ -543,7 +552,7 @@ at::Tensor layer_norm(const at::Tensor& x, double eps) {
 at::Tensor device_inv_freq(const char* who, const at::Tensor& inv_freq, int64_t hd, const at::Device& device) {
     CHECK_VALUE(hd % 2 == 0, who, ": head_dim ", hd, " is odd");
     CHECK_VALUE(inv_freq.dim() == 1 && inv_freq.size(0) == hd / 2, who, ": inv_freq must be [head_dim / 2] = [",
-                hd / 2, "], got ", inv_freq.sizes());
+                hd / 2, "], got ", shape_of(inv_freq));
     CHECK_TYPE(inv_freq.is_floating_point(), who, ": inv_freq must be a float tensor, got ",
                inv_freq.scalar_type());
     return inv_freq.to(device, at::kFloat).contiguous();
@@ -558,14 +567,14 @@ at::Tensor device_ints(const at::Tensor& t, const at::Device& device) { return t
 at::Tensor rope(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq, double attn_factor) {
     const char* who = "rope";
     CHECK_VALUE(x.dim() == 4, who, ": x must be 4-D [batch, heads, seq, head_dim] (SDPA's layout), got shape ",
-                x.sizes());
+                shape_of(x));
     CHECK_TYPE(x.is_cuda(), who, ": x must be a CUDA tensor, got one on ", x.device());
     const DType xt = dtype_of(x, who, "x");
     const int64_t B = x.size(0), H = x.size(1), S = x.size(2), D = x.size(3);
     const at::Tensor freq = device_inv_freq(who, inv_freq, D, x.device());
     CHECK_VALUE((positions.dim() == 1 && positions.size(0) == S) ||
                     (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == S),
-                who, ": positions must be [seq] or [batch, seq] = [", B, ", ", S, "], got ", positions.sizes());
+                who, ": positions must be [seq] or [batch, seq] = [", B, ", ", S, "], got ", shape_of(positions));
     check_int_tensor(positions, who, "positions");
     check_finite(who, "attention_factor", attn_factor, 0.0);
     at::Tensor out = at::empty({B, S, H, D}, x.options());
@@ -613,15 +622,15 @@ at::Tensor rope_qkv(const at::Tensor& qkv, const at::Tensor& positions, const at
     CHECK_VALUE(k_pool.dim() == 4 && k_pool.sizes() == v_pool.sizes() && k_pool.is_contiguous() &&
                     v_pool.is_contiguous(),
                 who, ": k_pool and v_pool must be contiguous 4-D [num_blocks, block_size, kv_heads, head_dim] "
-                "of one shape, got ", k_pool.sizes(), " and ", v_pool.sizes());
+                "of one shape, got ", shape_of(k_pool), " and ", shape_of(v_pool));
     const int64_t nKV = k_pool.size(2), hd = k_pool.size(3), pool_rows = k_pool.size(0) * k_pool.size(1);
     CHECK_VALUE(qkv.dim() == 2 && nKV > 0 && hd > 0 && qkv.size(1) % hd == 0 && qkv.size(1) / hd > 2 * nKV, who,
                 ": qkv must be [tokens, (n_heads + 2 * ", nKV, ") * ", hd, "] with n_heads > 0, got ",
-                qkv.sizes());
+                shape_of(qkv));
     const int64_t T = qkv.size(0), nH = qkv.size(1) / hd - 2 * nKV;
     CHECK_VALUE(positions.dim() == 1 && positions.size(0) == T && slots.dim() == 1 && slots.size(0) == T, who,
-                ": positions and slots must be [tokens] = [", T, "], got ", positions.sizes(), " and ",
-                slots.sizes());
+                ": positions and slots must be [tokens] = [", T, "], got ", shape_of(positions), " and ",
+                shape_of(slots));
     check_int_tensor(positions, who, "positions");
     check_int_tensor(slots, who, "slots");
     check_finite(who, "attention_factor", attn_factor, 0.0);
