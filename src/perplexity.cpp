@@ -170,17 +170,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    exec_with_passive_omp_wait(argv);
-    try {
-        return run(argc, argv);
-    } catch (const std::bad_alloc&) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "error: out of memory\n");
-        return 1;
-    } catch (const std::exception& e) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return olmo::program_main(argc, argv, run); }

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <new>
 
 #include "common.h"
 #include "model_folder.h"
+#include "threads.h"
 
 namespace olmo {
 
@@ -79,6 +81,21 @@ std::unique_ptr<Engine> load_engine(bool use_cuda, const std::string& dtype, con
     if (use_cuda) return make_cuda_engine(cfg, ckpt, max_seq, device_dtype(dtype), kv_blocks, max_batch, progress);
     if (!ckpt) fail("random weights need the CUDA engine (--device cuda)");
     return make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks, progress);
+}
+
+int program_main(int argc, char** argv, int (*run)(int, char**), const char* const* doing) {
+    exec_with_passive_omp_wait(argv);
+    try {
+        return run(argc, argv);
+    } catch (const std::bad_alloc&) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "error: out of memory%s%s\n", doing ? " while " : "", doing ? *doing : "");
+        return 1;
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
 }
 
 }  // namespace olmo

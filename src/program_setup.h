@@ -48,4 +48,9 @@ std::unique_ptr<Engine> load_engine(bool use_cuda, const std::string& dtype, con
                                     const Checkpoint* ckpt, int max_seq, int kv_blocks, int max_batch,
                                     LoadProgress* progress);
 
+// A program's main(): OpenMP's passive waits set up (threads.h), then run(argc, argv), with any
+// error printed as one line "error: ..." on stderr and exit status 1. *doing, when given, names
+// the step under way for the out-of-memory line ("out of memory while loading the weights").
+int program_main(int argc, char** argv, int (*run)(int, char**), const char* const* doing = nullptr);
+
 }  // namespace olmo
