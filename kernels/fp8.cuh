@@ -150,8 +150,9 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 }  // namespace fp8
 
 // GROUPS: tokens in groups of 8 (1 or 2). The block's warps (blockDim.x / 32, up to 16) split
-// K; each computes on U chunks while the loads of its next U are in flight. At most 64
-// registers, so 32 warps fit on an SM.
+// K; each computes on U chunks while the loads of its next U are in flight. Registers are not
+// capped (78-90, about 25 warps per SM): with 64 the loop spilled; fp8_gemv_warps asks the
+// occupancy calculator how many blocks fit.
 template <typename T, int GROUPS>
 __global__ void __launch_bounds__(512, 1)
     fp8_gemv_kernel(float* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ q,
