@@ -34,6 +34,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -54,11 +55,33 @@ struct ArgError : std::runtime_error {
     ArgError(PyObject* t, const std::string& msg) : std::runtime_error(msg), type(t) {}
 };
 
-// CHECK_VALUE(cond, parts...) raises ValueError(c10::str(parts...)) when cond is false; the
+// Message text, built without iostreams. Streaming a number into a std::ostream from this
+// module (what c10::str does) crashed on the H200 machine: a native backtrace showed
+// libstdc++'s own stream code (std::ostream::_M_insert<long>) inside the module, linked in by
+// the compiler there (a g++ 13 wrapper), running beside the libstdc++ that Python had loaded,
+// and the call went through a bad locale facet pointer. std::to_string and snprintf use no
+// locale, so messages are the same whichever copy runs.
+void append(std::string& s, const char* x) { s += x; }
+void append(std::string& s, const std::string& x) { s += x; }
+void append(std::string& s, double x) { s += olmo::num_str(x); }
+void append(std::string& s, at::ScalarType t) { s += c10::toString(t); }
+void append(std::string& s, const at::Device& d) { s += d.str(); }
+template <typename T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+void append(std::string& s, T x) {
+    s += std::to_string(x);
+}
+template <typename... Parts>
+std::string text(const Parts&... parts) {
+    std::string s;
+    (append(s, parts), ...);
+    return s;
+}
+
+// CHECK_VALUE(cond, parts...) raises ValueError(text(parts...)) when cond is false; the
 // message is built only then. CHECK_TYPE raises TypeError.
-#define CHECK_WITH(type, cond, ...)                                  \
-    do {                                                             \
-        if (!(cond)) throw ArgError(type, c10::str(__VA_ARGS__));    \
+#define CHECK_WITH(type, cond, ...)                              \
+    do {                                                         \
+        if (!(cond)) throw ArgError(type, text(__VA_ARGS__));    \
     } while (0)
 #define CHECK_VALUE(cond, ...) CHECK_WITH(PyExc_ValueError, cond, __VA_ARGS__)
 #define CHECK_TYPE(cond, ...) CHECK_WITH(PyExc_TypeError, cond, __VA_ARGS__)
@@ -73,9 +96,7 @@ void translate_errors(std::exception_ptr p) {
     }
 }
 
-// A tensor's shape as text for a message, "[2, 3, 4]". Built here instead of streaming
-// c10::IntArrayRef into c10::str: the first message that did so ended the pytest run on the
-// H200 machine with a segmentation fault (flash_attention with a 3-D q), the others did not.
+// A tensor's shape as text for a message, "[2, 3, 4]".
 std::string shape_of(const at::Tensor& t) {
     std::string s = "[";
     for (int64_t i = 0; i < t.dim(); i++) s += (i ? ", " : "") + std::to_string(t.size(i));
