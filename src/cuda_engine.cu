@@ -6,10 +6,9 @@
 //   consumes a GEMM output rounds once into T (the next GEMM's input or the KV cache). Logits
 //   are fp32; the residual stream x stays in fp32 (norm.cuh says why).
 //
-// Memory: the weights live in one allocation carved into tensors (q|k|v and gate|up fused so
-// each is one GEMM), filled from the checkpoint by gpu_loader.cu through the weight table
-// (weights.h); activations for one prefill chunk in a second; the paged KV pools
-// (kv_cache.h) in a third. Nothing is allocated after construction, so a decode step over B
+// Memory: the weights live in one allocation (cuda_weights.cuh: their layout and loading, FP8
+// included); activations for one prefill chunk in a second; the paged KV pools (kv_cache.h) in
+// a third. Nothing is allocated after construction, so a decode step over B
 // sequences is captured once as a CUDA graph and replayed: its inputs (token ids, positions,
 // block tables) live in device memory, refreshed by one copy before each replay.
 #include <cublas_v2.h>
@@ -22,12 +21,10 @@
 #include "attention.cuh"
 #include "common.h"
 #include "cuda_common.cuh"
+#include "cuda_weights.cuh"
 #include "elementwise.cuh"
 #include "engine.h"
-#include "fp8.cuh"
-#include "fp8_checkpoint.h"
 #include "fp8_gemm.h"
-#include "gpu_loader.h"
 #include "logprob.cuh"
 #include "memory_check.h"
 #include "norm.cuh"
@@ -45,61 +42,9 @@ template <> constexpr cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
 template <> constexpr cudaDataType_t cuda_type<__half>() { return CUDA_R_16F; }
 template <> constexpr cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
 
-// Fills n elements with a deterministic hash of (seed, i), uniform in [-scale, scale].
+// A layer's KV pools and position encoding (its weights: cuda_weights.cuh).
 template <typename T>
-__global__ void fill_random_kernel(T* p, size_t n, uint64_t seed, float scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const uint64_t z = splitmix64(seed * kGolden64 + i);
-        p[i] = from_float<T>(((z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
-    }
-}
-
-// A bump allocator over one cudaMalloc: reserve() while counting, then carve.
-struct Arena {
-    char* base = nullptr;
-    size_t used = 0, size = 0;
-    template <typename U> U* take(size_t n) {
-        size_t at = (used + 255) & ~size_t(255);
-        used = at + n * sizeof(U);
-        return base ? reinterpret_cast<U*>(base + at) : nullptr;
-    }
-    void allocate() {
-        size = used;
-        used = 0;
-        cudaCheck(cudaMalloc(&base, size));
-    }
-    ~Arena() { if (base) cudaFree(base); }
-};
-
-// n elements of device memory for the length of a scope (n = 0: none).
-template <typename U>
-struct DeviceBuffer {
-    U* p = nullptr;
-    explicit DeviceBuffer(size_t n) { if (n) cudaCheck(cudaMalloc(&p, n * sizeof(U))); }
-    ~DeviceBuffer() { if (p) cudaFree(p); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-// The weight of a linear layer, y = x · Wᵀ with W [N, K]: in T, or with --dtype fp8 in FP8
-// (fp8.h: q [N16, ld] E4M3 and one scale per row), never both.
-template <typename T>
-struct Weight {
-    T* w = nullptr;   // [N, K]
-    Fp8Matrix f8;     // f8.q != nullptr: FP8, and w is null
-    int N = 0, K = 0;
-};
-
-template <typename T>
-struct GpuLayer {
-    Weight<T> wqkv;   // [Q+2KV, H]   q | k | v rows
-    Weight<T> wo;     // [H, Q]
-    T* q_norm;        // [Q]          (OLMo-2/3)
-    T* k_norm;        // [KV]
-    T* attn_norm;     // [H]          post_attention_layernorm (OLMo-2/3)
-    T* ff_norm;       // [H]          post_feedforward_layernorm (OLMo-2/3)
-    Weight<T> wgu;    // [2I, H]      gate | up rows
-    Weight<T> wdown;  // [H, I]
+struct LayerCache {
     T* k_pool;        // [blocks * block_size, KV]   paged K cache (kv_cache.h)
     T* v_pool;        // [blocks * block_size, KV]
     float* inv_freq;  // [hd/2]
@@ -125,7 +70,7 @@ public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
     CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
                LoadProgress* progress)
-        : c_(c), max_batch_(max_batch), fp8_(fp8), table_(weight_table(c, ck)) {
+        : c_(c), max_batch_(max_batch), w_(c, ck, fp8) {
         init_kv(c, max_seq, kv_blocks);
         chunk_ = std::min(max_seq_, kMaxChunk);
         stride_ = (max_seq_ + kv_->block_size() - 1) / kv_->block_size() + 1;
@@ -138,18 +83,15 @@ public:
         layers_.resize(c.n_layers);
         carve();                 // count sizes
         // (FP8: the buffers include the staging area the load quantizes from, freed after it)
-        check_fits({weights_.used, kv_arena_.used, buffers_.used + staging_bytes()}, gpu_free_bytes(), "free on the GPU");
-        weights_.allocate();
+        check_fits({w_.bytes(), kv_arena_.used, buffers_.used + w_.staging_bytes()}, gpu_free_bytes(), "free on the GPU");
+        w_.allocate(stream_);
         buffers_.allocate();
         kv_arena_.allocate();
         carve();                 // hand out pointers
         cublasCheck(cublasSetWorkspace(cublas_, cublas_ws_, kCublasWorkspace));
-        if (fp8_) {
-            fp8_gemm_ = std::make_unique<Fp8Gemm>(cublas_ws_, kCublasWorkspace);
-            cudaCheck(cudaMemsetAsync(weights_.base, 0, weights_.size, stream_));   // FP8 padding rows and columns
-        }
-        if (ck) upload(*ck, progress);
-        else randomize();
+        if (fp8) fp8_gemm_ = std::make_unique<Fp8Gemm>(cublas_ws_, kCublasWorkspace);
+        w_.load(ck, progress, stream_);
+        upload_rope();
         cudaCheck(cudaMallocHost(&host_meta_, sizeof(int) * meta_ints_));
         cudaCheck(cudaMallocHost(&host_ids_, sizeof(int) * max_batch_));
         cudaCheck(cudaStreamSynchronize(stream_));
@@ -170,11 +112,8 @@ public:
 
     MemoryUse memory() const override {
         MemoryUse m;
-        m.weights = weights_.size;
-        const char* t = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, __half> ? "fp16" : "bf16";
-        m.weight_format = fp8_ ? std::string("fp8 e4m3 linear layers (fp32 scale per output channel), ") + t +
-                                     " embedding and norms"
-                               : std::string(t);
+        m.weights = w_.bytes();
+        m.weight_format = w_.format();
         m.kv_pool = kv_arena_.size;
         m.other = buffers_.size;
         return with_pool_use(m);
@@ -236,7 +175,7 @@ protected:
 
     void copy_block(int kind, int src, int dst) override {
         const size_t n = (size_t)kv_->block_size() * c_.kv_dim();
-        for (GpuLayer<T>& L : layers_)
+        for (LayerCache<T>& L : layers_)
             if (L.kind == kind) {
                 cudaCheck(cudaMemcpyAsync(L.k_pool + dst * n, L.k_pool + src * n, n * sizeof(T), cudaMemcpyDeviceToDevice,
                                           stream_));
@@ -248,29 +187,13 @@ protected:
 private:
     static constexpr size_t kCublasWorkspace = 32 << 20;
 
-    // Lays out weights and buffers. Called twice: first to measure (arenas empty), then to
-    // assign pointers into the allocated arenas.
+    // Lays out the KV pools and the buffers. Called twice: first to measure (arenas empty), then
+    // to assign pointers into the allocated arenas.
     void carve() {
         const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim(), V = c_.vocab;
         const size_t C = chunk_, hd2 = c_.head_dim / 2;
-        Arena& w = weights_;
-        auto take = [&](Param p) { return w.take<T>(param_shape(c_, p).numel()); };
-        embed_ = take(Param::Embed);
-        if (fp8_ || has_lm_head(table_)) lm_head_ = take_weight(Param::LmHead);
-        else lm_head_ = Weight<T>{embed_, {}, (int)c_.vocab, (int)c_.hidden};   // the tie rule: weights.h
-        final_norm_ = take(Param::FinalNorm);
-        for (auto& L : layers_) {
-            L.wqkv = take_weight(Param::Wqkv);
-            L.wo = take_weight(Param::Wo);
-            L.q_norm = take(Param::QNorm);
-            L.k_norm = take(Param::KNorm);
-            L.attn_norm = take(Param::AttnNorm);
-            L.ff_norm = take(Param::FfNorm);
-            L.wgu = take_weight(Param::Wgu);
-            L.wdown = take_weight(Param::Wdown);
-        }
         for (int l = 0; l < c_.n_layers; l++) {
-            GpuLayer<T>& L = layers_[l];
+            LayerCache<T>& L = layers_[l];
             L.kind = c_.layer_sliding[l] ? KvCache::kSliding : KvCache::kFull;
             const size_t rows = (size_t)kv_->total_blocks(L.kind) * kv_->block_size();
             L.k_pool = kv_arena_.take<T>(rows * KV);
@@ -286,7 +209,7 @@ private:
         o_ = b.take<float>(C * H);          // o_proj / MLP out  [C, H] fp32
         gu_ = b.take<float>(C * 2 * I);     // gate | up         [C, 2I] fp32
         a_ = b.take<T>(C * I);              // swiglu            [C, I]
-        if (fp8_) {                         // a GEMM's input in FP8, one scale per row
+        if (w_.fp8()) {                     // a GEMM's input in FP8, one scale per row
             const size_t rows = std::max(chunk_, max_batch_), K = fp8_padded_cols((int)std::max({H, Q, I}));
             x8_ = b.take<uint8_t>(rows * K);
             x8_scale_ = b.take<float>(rows);
@@ -298,182 +221,6 @@ private:
         meta_base_ = b.take<int>(meta_ints_);   // step metadata (StepMeta), filled by one copy
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
         cublas_ws_ = b.take<char>(kCublasWorkspace);
-    }
-
-    // A linear layer's weight: in T, or in FP8 with its padding (fp8.h).
-    Weight<T> take_weight(Param p) {
-        const ParamShape s = param_shape(c_, p);
-        Weight<T> W;
-        W.N = (int)s.rows, W.K = (int)s.cols;
-        if (!fp8_) {
-            W.w = weights_.take<T>(s.numel());
-            return W;
-        }
-        const int N16 = fp8_padded_rows(W.N), ld = fp8_padded_cols(W.K);
-        W.f8 = Fp8Matrix{weights_.take<uint8_t>((size_t)N16 * ld), weights_.take<float>(N16), W.N, W.K, ld};
-        return W;
-    }
-
-    // The engine tensor a weight slot lands in, at the slot's row (FP8 weights: see upload_fp8).
-    T* slot_ptr(const WeightSlot& s) {
-        GpuLayer<T>* L = s.layer >= 0 ? &layers_[s.layer] : nullptr;
-        T* base = nullptr;
-        switch (s.param) {
-            case Param::Embed: base = embed_; break;
-            case Param::LmHead: base = lm_head_.w; break;
-            case Param::FinalNorm: base = final_norm_; break;
-            case Param::Wqkv: base = L->wqkv.w; break;
-            case Param::Wo: base = L->wo.w; break;
-            case Param::QNorm: base = L->q_norm; break;
-            case Param::KNorm: base = L->k_norm; break;
-            case Param::AttnNorm: base = L->attn_norm; break;
-            case Param::FfNorm: base = L->ff_norm; break;
-            case Param::Wgu: base = L->wgu.w; break;
-            case Param::Wdown: base = L->wdown.w; break;
-        }
-        return base + s.offset();
-    }
-
-    void upload(const Checkpoint& ck, LoadProgress* progress) {
-        if (fp8_) {
-            upload_fp8(ck, progress);
-        } else {
-            std::vector<void*> dst;
-            for (const WeightSlot& s : table_) dst.push_back(slot_ptr(s));
-            load_to_device(ck, table_, dst, device_dtype<T>(), progress);
-        }
-        upload_rope();
-    }
-
-    // ---- FP8 weights ----
-    // The tensors that stay in T load straight into place. The linear weights pass through a
-    // staging buffer in T one group at a time (a layer's four matrices, or the output layer)
-    // and are quantized from there, so the model in T never has to fit on the GPU. Weights the
-    // checkpoint stores in FP8 (fp8_checkpoint.h) are not requantized: their codes go through
-    // the same staging buffer, raw, and are placed row by row into the padded layout, their
-    // scales beside them.
-
-    // The linear weights of group g (layer g, or the output layer for g = n_layers), in order.
-    std::vector<Weight<T>*> linear_group(int g) {
-        if (g == c_.n_layers) return {&lm_head_};
-        GpuLayer<T>& L = layers_[g];
-        return {&L.wqkv, &L.wo, &L.wgu, &L.wdown};
-    }
-    static int place_in_group(Param p) { return p == Param::Wo ? 1 : p == Param::Wgu ? 2 : p == Param::Wdown ? 3 : 0; }
-    size_t staging_bytes() const {
-        if (!fp8_) return 0;
-        const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim();
-        return sizeof(T) * std::max((Q + 2 * KV) * H + H * Q + 3 * I * H, (size_t)c_.vocab * H);
-    }
-    // Where each weight of group g starts in the staging buffer (back to back).
-    std::vector<T*> staging_places(T* staging, int g) {
-        std::vector<T*> at;
-        for (Weight<T>* W : linear_group(g)) at.push_back(staging), staging += (size_t)W->N * W->K;
-        return at;
-    }
-    void quantize_group(int g, const std::vector<T*>& from) {
-        const std::vector<Weight<T>*> ws = linear_group(g);
-        for (size_t i = 0; i < ws.size(); i++)
-            quantize_rows_fp8(ws[i]->f8.q, ws[i]->f8.scale, from[i], ws[i]->N, ws[i]->K, ws[i]->f8.ld, stream_);
-    }
-    // The FP8 matrix slot s of group g lands in; its first row is s.row_offset.
-    Fp8Matrix& slot_fp8(int g, const WeightSlot& s) { return linear_group(g)[place_in_group(s.param)]->f8; }
-
-    // Group g's slots stored in T: loaded into their places in staging, then quantized.
-    void load_and_quantize(const Checkpoint& ck, int g, const std::vector<WeightSlot>& slots, const std::vector<T*>& at,
-                           LoadProgress* progress, const GpuLoadOptions& part) {
-        std::vector<void*> dst;
-        for (const WeightSlot& s : slots) dst.push_back(at[place_in_group(s.param)] + s.offset());
-        load_to_device(ck, slots, dst, device_dtype<T>(), progress, part);
-        for (const WeightSlot& s : slots) {
-            Fp8Matrix& m = slot_fp8(g, s);
-            quantize_rows_fp8(m.q + s.row_offset * m.ld, m.scale + s.row_offset, at[place_in_group(s.param)] + s.offset(),
-                              (int)s.shape[0], m.K, m.ld, stream_);
-        }
-    }
-
-    // Group g's slots stored in FP8: codes [rows, K] raw into their places in staging, then
-    // copied row by row to [rows, ld] (the padding columns stay zero); scales from the checkpoint.
-    void load_stored_fp8(const Checkpoint& ck, int g, const std::vector<WeightSlot>& slots, const std::vector<T*>& at,
-                         LoadProgress* progress, const GpuLoadOptions& part) {
-        std::vector<void*> dst;
-        for (const WeightSlot& s : slots) dst.push_back(at[place_in_group(s.param)] + s.offset());
-        load_to_device(ck, slots, dst, DeviceDType::FP8, progress, part);
-        for (size_t i = 0; i < slots.size(); i++) {
-            const WeightSlot& s = slots[i];
-            Fp8Matrix& m = slot_fp8(g, s);
-            const size_t rows = s.shape[0];
-            cudaCheck(cudaMemcpy2DAsync(m.q + s.row_offset * m.ld, m.ld, dst[i], m.K, m.K, rows, cudaMemcpyDeviceToDevice,
-                                        stream_));
-            const std::vector<float> scale = fp8_row_scales(ck, s);   // (pageable: copied out before the call returns)
-            cudaCheck(cudaMemcpyAsync(m.scale + s.row_offset, scale.data(), rows * sizeof(float), cudaMemcpyHostToDevice,
-                                      stream_));
-        }
-    }
-
-    void upload_fp8(const Checkpoint& ck, LoadProgress* progress) {
-        size_t total = 0;
-        for (const TensorView* v : checkpoint_views(ck, table_)) total += v->nbytes();   // every check first
-        if (progress) progress->start(total);
-        GpuLoadOptions part;
-        part.part_of_load = true;
-        DeviceBuffer<T> staging(staging_bytes() / sizeof(T));
-        // The linear slots of each staged group, stored in T or in FP8.
-        std::vector<std::vector<WeightSlot>> groups(c_.n_layers + 1), stored(c_.n_layers + 1);
-        std::vector<WeightSlot> direct;
-        std::vector<void*> direct_dst;
-        for (const WeightSlot& s : table_) {
-            const int g = s.param == Param::LmHead ? c_.n_layers : s.layer;
-            if (!is_linear(s.param)) direct.push_back(s), direct_dst.push_back(slot_ptr(s));
-            else (ck.find(s.name)->dtype == DType::F8_E4M3 ? stored : groups)[g].push_back(s);
-        }
-        load_to_device(ck, direct, direct_dst, device_dtype<T>(), progress, part);
-        for (int g = 0; g <= c_.n_layers; g++) {
-            const std::vector<T*> at = staging_places(staging.p, g);
-            if (groups[g].empty() && stored[g].empty()) {   // the output layer is the embedding (tied)
-                quantize_group(g, {embed_});
-                continue;
-            }
-            if (!groups[g].empty()) load_and_quantize(ck, g, groups[g], at, progress, part);
-            if (!stored[g].empty()) load_stored_fp8(ck, g, stored[g], at, progress, part);
-            cudaCheck(cudaStreamSynchronize(stream_));   // the staging buffer is reused by the next group
-        }
-        if (progress) progress->finish();
-    }
-
-    // Random weights for benchmarks: uniform with std ~0.02 for matrices, small norms.
-    void randomize() {
-        const size_t H = c_.hidden, Q = c_.q_dim(), KV = c_.kv_dim(), V = c_.vocab;
-        uint64_t seed = 1;
-        auto fill = [&](T* p, size_t n, float scale) {
-            fill_random_kernel<<<1024, 256, 0, stream_>>>(p, n, seed++, scale);
-            cudaCheckLaunch();
-        };
-        DeviceBuffer<T> staging(staging_bytes() / sizeof(T));   // FP8: drawn in T, then quantized
-        auto fill_group = [&](int g) {
-            const std::vector<Weight<T>*> ws = linear_group(g);
-            std::vector<T*> at = staging_places(staging.p, g);
-            if (!fp8_)
-                for (size_t i = 0; i < ws.size(); i++) at[i] = ws[i]->w;
-            for (size_t i = 0; i < ws.size(); i++) fill(at[i], (size_t)ws[i]->N * ws[i]->K, 0.035f);
-            if (fp8_) {
-                quantize_group(g, at);
-                cudaCheck(cudaStreamSynchronize(stream_));   // the staging buffer is reused by the next group
-            }
-        };
-        fill(embed_, V * H, 0.035f);
-        if (has_lm_head(table_)) fill_group(c_.n_layers);
-        else if (fp8_) quantize_group(c_.n_layers, {embed_});
-        fill(final_norm_, H, 0.1f);
-        for (int l = 0; l < c_.n_layers; l++) {
-            GpuLayer<T>& L = layers_[l];
-            fill_group(l);
-            fill(L.q_norm, Q, 0.1f);
-            fill(L.k_norm, KV, 0.1f);
-            fill(L.attn_norm, H, 0.1f);
-            fill(L.ff_norm, H, 0.1f);
-        }
-        upload_rope();
     }
 
     void upload_rope() {
@@ -566,7 +313,7 @@ private:
     }
 
     // K/V rows of this prefill chunk, gathered from the pool for the hook ("k_rope").
-    void emit_cache(const std::string& name, const GpuLayer<T>& L, int n) {
+    void emit_cache(const std::string& name, const LayerCache<T>& L, int n) {
         if (!hook) return;
         const int KV = c_.kv_dim();
         std::vector<int> rows(n);
@@ -643,19 +390,20 @@ private:
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
 
-        embedding(xn_, embed_, meta_.ids, n, H, stream_);                        // [n, H] in T
+        embedding(xn_, w_.embed, meta_.ids, n, H, stream_);                        // [n, H] in T
         convert(x_, xn_, (int64_t)n * H, stream_);                               // the fp32 residual
         emit("embed", x_, n, H, H);
         if (olmo1) layernorm(xn_, x_, n, H, eps, stream_);
         for (int l = 0; l < c_.n_layers; l++) {
-            GpuLayer<T>& L = layers_[l];
+            const LayerWeights<T>& W = w_.layers[l];
+            const LayerCache<T>& L = layers_[l];
             const std::string name = "layers." + std::to_string(l) + ".";
             // --- attention half ---
-            linear(qkv_, xn_, L.wqkv, n);                                        // [n, Q+2KV]
+            linear(qkv_, xn_, W.wqkv, n);                                        // [n, Q+2KV]
             if (olmo1 && c_.clip_qkv > 0) clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
             if (!olmo1) {                                                        // full-width QK-norm, in place
-                rmsnorm(qkv_, qkv_, L.q_norm, n, Q, QKV, QKV, eps, stream_);
-                rmsnorm(qkv_ + Q, qkv_ + Q, L.k_norm, n, KV, QKV, QKV, eps, stream_);
+                rmsnorm(qkv_, qkv_, W.q_norm, n, Q, QKV, QKV, eps, stream_);
+                rmsnorm(qkv_ + Q, qkv_ + Q, W.k_norm, n, KV, QKV, QKV, eps, stream_);
             }
             emit(name + "q", qkv_, n, Q, QKV);
             emit(name + "k", qkv_ + Q, n, KV, QKV);
@@ -674,36 +422,36 @@ private:
             if (prefill) attention_prefill(ap, stream_);
             else attention_decode(ap, attn_ws_, stream_);
             emit(name + "attn", att_, n, Q, Q);
-            linear(o_, att_, L.wo, n);                                           // [n, H]
+            linear(o_, att_, W.wo, n);                                           // [n, H]
             emit(name + "o_proj", o_, n, H, H);
             if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_);          // x += o; xn = LN(x)
-            else add_rmsnorm(x_, o_, L.attn_norm, xn_, n, H, eps, stream_);      // x += RMSNorm(o); xn = x
+            else add_rmsnorm(x_, o_, W.attn_norm, xn_, n, H, eps, stream_);      // x += RMSNorm(o); xn = x
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
-            linear(gu_, xn_, L.wgu, n);                                          // [n, 2I]
+            linear(gu_, xn_, W.wgu, n);                                          // [n, 2I]
             swiglu(a_, gu_, n, I, stream_);                                      // [n, I]
-            linear(o_, a_, L.wdown, n);                                          // [n, H]
+            linear(o_, a_, W.wdown, n);                                          // [n, H]
             emit(name + "mlp", o_, n, H, H);
             if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_);          // also the next layer's LN
-            else add_rmsnorm(x_, o_, L.ff_norm, xn_, n, H, eps, stream_);
+            else add_rmsnorm(x_, o_, W.ff_norm, xn_, n, H, eps, stream_);
             emit(name + "out", x_, n, H, H);
         }
         // Final norm and logits of each sequence's last row (prefill: row n-1; decode: all rows),
         // and of every row when a hook wants them.
         const int first = prefill ? (hook || score ? 0 : n - 1) : 0, rows = n - first;
-        if (!olmo1) rmsnorm(xn_ + (size_t)first * H, x_ + (size_t)first * H, final_norm_, rows, H, H, H, eps, stream_);
+        if (!olmo1) rmsnorm(xn_ + (size_t)first * H, x_ + (size_t)first * H, w_.final_norm, rows, H, H, H, eps, stream_);
         // (OLMo-1: xn_ already holds LN(x) from the last add_layernorm)
         emit("final_norm", xn_ + (size_t)first * H, rows, H, H);
         if (hook) {   // every position's logits, in a temporary buffer (tests only, never in a graph)
             float* all = nullptr;
             cudaCheck(cudaMalloc(&all, sizeof(float) * rows * c_.vocab));
-            linear(all, xn_ + (size_t)first * H, lm_head_, rows);             // [rows, V] fp32
+            linear(all, xn_ + (size_t)first * H, w_.lm_head, rows);             // [rows, V] fp32
             emit("logits", all, rows, c_.vocab, c_.vocab);
             cudaCheck(cudaFree(all));
         }
         if (score) return score_rows(n);
         const int out_rows = prefill ? 1 : batch;
-        linear(logits_, xn_ + (size_t)(n - out_rows) * H, lm_head_, out_rows);   // [out_rows, V] fp32
+        linear(logits_, xn_ + (size_t)(n - out_rows) * H, w_.lm_head, out_rows);   // [out_rows, V] fp32
     }
 
     // logprobs_[r] = log p(targets_[r]) for the n rows of xn_ (final-normed), from their fp32
@@ -712,23 +460,20 @@ private:
         const int H = c_.hidden, V = c_.vocab;
         for (int r0 = 0; r0 < n; r0 += kScoreRows) {
             const int rows = std::min(kScoreRows, n - r0);
-            linear(logits_, xn_ + (size_t)r0 * H, lm_head_, rows);                 // [rows, V] fp32
+            linear(logits_, xn_ + (size_t)r0 * H, w_.lm_head, rows);                 // [rows, V] fp32
             token_logprobs(logprobs_ + r0, logits_, targets_ + r0, rows, V, stream_);
         }
     }
 
     ModelConfig c_;
     int max_batch_, chunk_ = 0, stride_ = 0;
-    bool fp8_;
+    GpuWeights<T> w_;
     std::unique_ptr<Fp8Gemm> fp8_gemm_;   // FP8 only
-    std::vector<WeightSlot> table_;   // the checkpoint tensors and where they land (weights.h)
     size_t meta_ints_ = 0;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
-    Arena weights_, buffers_, kv_arena_;
-    std::vector<GpuLayer<T>> layers_;
-    T *embed_ = nullptr, *final_norm_ = nullptr;
-    Weight<T> lm_head_;                   // [V, H]: the embedding itself when tied (T only)
+    Arena buffers_, kv_arena_;
+    std::vector<LayerCache<T>> layers_;
     float *x_, *qkv_, *o_, *gu_;
     T *xn_, *q_, *att_, *a_;
     uint8_t* x8_ = nullptr;               // FP8 GEMM input [max(chunk, batch), ld] E4M3
