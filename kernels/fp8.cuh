@@ -39,6 +39,8 @@
 namespace olmo {
 
 constexpr int kFp8GemvMaxRows = 16;
+// Chunks of 64 weight bytes per row that each warp of fp8_gemv has in flight (its U).
+constexpr int kFp8GemvDepth = 2;
 
 // ---- quantization ----
 
@@ -150,14 +152,14 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 }  // namespace fp8
 
 // GROUPS: tokens in groups of 8 (1 or 2). The block's warps (blockDim.x / 32, up to 16) split
-// K; each computes on U chunks while the loads of its next U are in flight. Registers are not
-// capped (78-90, about 25 warps per SM): with 64 the loop spilled; fp8_gemv_warps asks the
-// occupancy calculator how many blocks fit.
-template <typename T, int GROUPS>
+// K; each computes on U chunks while the loads of its next U are in flight (U = kFp8GemvDepth:
+// a deeper U holds more registers, so fewer warps fit, and streamed slower: docs/fp8.md).
+// Registers are not capped (78-90 at U = 2, about 25 warps per SM): with 64 the loop spilled;
+// fp8_gemv_warps asks the occupancy calculator how many blocks fit.
+template <typename T, int GROUPS, int U>
 __global__ void __launch_bounds__(512, 1)
     fp8_gemv_kernel(float* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ q,
                     const float* __restrict__ scale, int rows, int N, int K, int ld) {
-    constexpr int U = 2;
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int n0 = blockIdx.x * 16, chunks = (K + 63) / 64, step = warps * U;
     const uint8_t* w_lo = q + (int64_t)(n0 + g) * ld + 16 * t;   // row n0+g, this lane's 16 bytes of chunk 0
@@ -217,7 +219,7 @@ __global__ void __launch_bounds__(512, 1)
 
 // Warps per block for W: as many (up to 16, each taking a share of K) as still lets every block
 // of the grid be resident at once, so the grid runs in one wave; 2 when even that cannot be.
-template <typename T, int GROUPS>
+template <typename T, int GROUPS, int U>
 int fp8_gemv_warps(const Fp8Matrix& W) {
     static const int sms = [] {
         int device = 0, n = 0;
@@ -228,7 +230,7 @@ int fp8_gemv_warps(const Fp8Matrix& W) {
     static const std::vector<int> per_sm = [] {   // resident blocks per SM, by warps per block
         std::vector<int> n(17);
         for (int w = 1; w <= 16; w++)
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[w], fp8_gemv_kernel<T, GROUPS>, w * 32,
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[w], fp8_gemv_kernel<T, GROUPS, U>, w * 32,
                                                                     w * GROUPS * 4 * 32 * sizeof(float)));
         return n;
     }();
@@ -241,11 +243,11 @@ int fp8_gemv_warps(const Fp8Matrix& W) {
 // y [rows, N] fp32 = x [rows, K] (T = __half or __nv_bfloat16) times W [N, K]ᵀ in FP8, for
 // 1 <= rows <= kFp8GemvMaxRows. Launched as a dependent launch: the weights start streaming
 // before the kernel ahead (which writes x) has finished. warps: per block, 1..16 (0: fp8_gemv_warps).
-template <typename T, int GROUPS>
+template <typename T, int GROUPS, int U = kFp8GemvDepth>
 void fp8_gemv_launch(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps) {
-    if (warps == 0) warps = fp8_gemv_warps<T, GROUPS>(W);
+    if (warps == 0) warps = fp8_gemv_warps<T, GROUPS, U>(W);
     const int smem = warps * GROUPS * 4 * 32 * sizeof(float);
-    launch_dependent(fp8_gemv_kernel<T, GROUPS>, dim3(fp8_padded_rows(W.N) / 16), dim3(warps * 32), smem, stream, y, x,
+    launch_dependent(fp8_gemv_kernel<T, GROUPS, U>, dim3(fp8_padded_rows(W.N) / 16), dim3(warps * 32), smem, stream, y, x,
                      (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
 }
 template <typename T>
