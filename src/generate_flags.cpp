@@ -1,6 +1,6 @@
 // generate_flags.cpp: ./generate's command line (generate_flags.h). The flags are declared in
-// groups, in the order --help lists them; CLI11 checks each value's type and range, then
-// check_flags() and check_flag_combinations() what it leaves open. Errors: olmo::Error.
+// groups, in the order --help lists them. CLI11 checks each value's type and range; then
+// check_flags() and check_flag_combinations() check what it leaves open. Errors: olmo::Error.
 #include "generate_flags.h"
 
 #include <CLI/CLI.hpp>
