@@ -29,9 +29,11 @@ CXXFLAGS += -std=c++17 -Wall -Wextra -fopenmp -Isrc -Ikernels -MMD -MP
 LDLIBS   := -lsentencepiece -lutf8proc -fopenmp -lpthread
 GTEST    := -lgtest -lgtest_main
 
-# Sources: every src/*.cpp except the programs' mains goes into the engine library.
+# Sources: every src/*.cpp except the programs' own files (their mains, and ./generate's flags)
+# goes into the engine library.
 MAINS    := src/generate.cpp src/tokenize.cpp src/perplexity.cpp
-LIB_CPP  := $(filter-out $(MAINS),$(wildcard src/*.cpp))
+PROGRAM_ONLY := $(MAINS) src/generate_flags.cpp
+LIB_CPP  := $(filter-out $(PROGRAM_ONLY),$(wildcard src/*.cpp))
 LIB_OBJ  := $(LIB_CPP:%.cpp=$(BUILD)/%.o)
 CPU_TESTS := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
@@ -80,8 +82,10 @@ $(BUILD)/%.o: %.cu | deps
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# A program: its main, its other objects (listed below it), then the library.
 $(PROGRAMS): $(PROG_DIR)%: $(BUILD)/src/%.o $(BUILD)/libolmo.a
-	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(filter %.a,$^) -o $@ $(LDLIBS)
+$(PROG_DIR)generate: $(BUILD)/src/generate_flags.o
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libolmo.a
 	$(CXX) $(LDFLAGS) $^ -o $@ $(GTEST) $(LDLIBS)
