@@ -1,14 +1,7 @@
 // sampling.cuh: picking the next token on the device, so only its id crosses to the host.
-// defines: argmax, sample (settings: SamplingParams, src/sampler.h)
-//
-// Ranking. Candidate i has the 64-bit rank key
-//     key(i) = order_key(logit_i) << 32 | ~i
-// where order_key maps floats to uint32 keeping their order. A larger key ranks first; equal
-// logits rank by lower id (as torch.argmax and sample_cpu in src/sampler.cpp; dividing by the
-// temperature keeps the order). Keys are distinct, so "the n best candidates" is always a set
-// {i : key(i) >= t} for a threshold key t.
-//
-// argmax: the largest key, by a block-wide max reduction.
+// defines: sample (settings: SamplingParams, src/sampler.h); candidates are ranked by the keys of
+// argmax.cuh (a larger key first; equal logits by lower id; keys are distinct, so "the n best
+// candidates" is always a set {i : key(i) >= t} for a threshold key t)
 //
 // sample: transformers' warpers in their order (temperature, top-k, top-p, min-p), then a draw.
 //  1. m = max logit / temperature. A candidate's depth is d = m - logit / temperature >= 0 and
@@ -55,6 +48,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "argmax.cuh"  // the rank keys
 #include "cuda_common.cuh"
 #include "sampler.h"  // SamplingParams, splitmix64
 
@@ -63,30 +57,15 @@ namespace olmo {
 namespace sampling {
 
 namespace cg = cooperative_groups;
-using u64 = unsigned long long;
 constexpr int kThreads = 1024;       // per block; also the most candidates a window holds
 constexpr int kCluster = 8;          // blocks of the cluster that samples
 constexpr int kBins = 2 * kThreads;  // histogram bins: two per thread when cumulating
 constexpr int kTail = kBins - 1;     // the depth bin of the candidates that weigh 0
 constexpr float kMaxDepth = 28.0f;   // deeper candidates weigh 0
 constexpr int kMaxVocab = 1 << 18;   // vocabularies must be smaller
-constexpr int kItems = 8;            // argmax: logits per thread per step
 
 // Logits per block: V split over the cluster, a multiple of 8 so each slice stays 16-byte aligned.
 __host__ __device__ constexpr int slice_size(int V) { return ((V + kCluster - 1) / kCluster + 7) / 8 * 8; }
-
-// float -> uint32 with a < b  <=>  key(a) < key(b): negative floats have all bits flipped,
-// positive ones their sign bit set. Adding +0 first turns -0 into +0, so the two zeros tie.
-__device__ inline uint32_t order_key(float f) {
-    const uint32_t b = __float_as_uint(f + 0.0f);
-    return (b & 0x80000000u) ? ~b : b | 0x80000000u;
-}
-__device__ inline u64 rank_key(float logit, int i) { return (u64)order_key(logit) << 32 | (uint32_t)~i; }
-__device__ inline int rank_id(u64 key) { return (int)~(uint32_t)key; }
-__device__ inline float rank_logit(u64 key) {  // the inverse of order_key
-    const uint32_t k = (uint32_t)(key >> 32);
-    return __uint_as_float((k & 0x80000000u) ? k & 0x7fffffffu : ~k);
-}
 
 // Radix digit d of the 64-bit rank key: d = 0, 1, 2 cut the logit half into 11, 11, 10 bits;
 // d = 3, 4, 5 the id half likewise.
@@ -473,44 +452,7 @@ __global__ void __launch_bounds__(kThreads) sample_one_block_kernel(int* out_id,
     sample_from(OneBlock{}, *reinterpret_cast<Shared*>(shared_bytes), logits, 0, V, hi, lo, out_id, V, p, step);
 }
 
-// Calls f(i, logit_i) for every i < V, kItems consecutive logits per thread per step, read as
-// Packs of N.
-template <int N, typename T, typename F> __device__ void for_each_logit(const T* logits, int V, F f) {
-    for (int base = 0; base < V; base += blockDim.x * kItems) {
-        const int first = base + threadIdx.x * kItems;
-        float x[kItems];
-        if (first + kItems <= V) {
-            for (int k = 0; k < kItems / N; k++) {
-                const Pack<T, N> p = reinterpret_cast<const Pack<T, N>*>(logits + first)[k];
-                for (int j = 0; j < N; j++) x[k * N + j] = to_float(p.v[j]);
-            }
-        } else {
-            for (int j = 0; j < kItems; j++) x[j] = first + j < V ? to_float(logits[first + j]) : 0.0f;
-        }
-        for (int j = 0; j < kItems; j++)
-            if (first + j < V) f(first + j, x[j]);
-    }
-}
-
-template <typename T, int N> __global__ void __launch_bounds__(kThreads) argmax_kernel(int* out_id, const T* logits, int V) {
-    u64 best = 0;
-    int finite = 1;
-    for_each_logit<N>(logits, V, [&](int i, float x) { best = max(best, rank_key(x, i)), finite &= isfinite(x); });
-    best = block_reduce(best, MaxOp{});
-    finite = block_reduce(finite, MinOp{});
-    if (threadIdx.x == 0) *out_id = finite ? rank_id(best) : -1;
-}
-
 }  // namespace sampling
-
-// *out_id (device) = index of the largest of logits [V]; ties go to the lowest index; -1 when
-// any logit is NaN or Inf.
-template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStream_t stream) {
-    if (V < 1) fail("argmax: empty vocabulary");
-    if (aligned16(logits)) sampling::argmax_kernel<T, kVec<T>><<<1, sampling::kThreads, 0, stream>>>(out_id, logits, V);
-    else sampling::argmax_kernel<T, 1><<<1, sampling::kThreads, 0, stream>>>(out_id, logits, V);
-    cudaCheckLaunch();
-}
 
 // *out_id (device) = a token drawn from softmax(logits [V] / temperature) restricted by top-k,
 // top-p and min-p (p.repetition_penalty is not applied here: see sampler.h); the random number

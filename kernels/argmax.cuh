@@ -1,0 +1,80 @@
+// argmax.cuh: greedy decoding's pick on the device (the token with the largest logit), and the
+// rank keys that sampling.cuh orders its candidates by.
+// defines: argmax; sampling::order_key, rank_key, rank_id, rank_logit
+//
+// Ranking. Candidate i has the 64-bit rank key
+//     key(i) = order_key(logit_i) << 32 | ~i
+// where order_key maps floats to uint32 keeping their order. A larger key ranks first; equal
+// logits rank by lower id (as torch.argmax and sample_cpu in src/sampler.cpp; dividing by the
+// temperature keeps the order). Keys are distinct.
+//
+// argmax: the largest key, by a block-wide max reduction over one block of 1024 threads, each
+// reading 8 consecutive logits per step (16-byte loads when the row is aligned). -1 instead of
+// an id when any logit is NaN or Inf (as sample_cpu returns), which the engine reports as an
+// error.
+#pragma once
+#include "cuda_common.cuh"
+
+namespace olmo {
+
+namespace sampling {
+
+using u64 = unsigned long long;
+constexpr int kArgmaxThreads = 1024;   // one block
+constexpr int kItems = 8;              // logits per thread per step
+
+// float -> uint32 with a < b  <=>  key(a) < key(b): negative floats have all bits flipped,
+// positive ones their sign bit set. Adding +0 first turns -0 into +0, so the two zeros tie.
+__device__ inline uint32_t order_key(float f) {
+    const uint32_t b = __float_as_uint(f + 0.0f);
+    return (b & 0x80000000u) ? ~b : b | 0x80000000u;
+}
+__device__ inline u64 rank_key(float logit, int i) { return (u64)order_key(logit) << 32 | (uint32_t)~i; }
+__device__ inline int rank_id(u64 key) { return (int)~(uint32_t)key; }
+__device__ inline float rank_logit(u64 key) {  // the inverse of order_key
+    const uint32_t k = (uint32_t)(key >> 32);
+    return __uint_as_float((k & 0x80000000u) ? k & 0x7fffffffu : ~k);
+}
+
+// Calls f(i, logit_i) for every i < V, kItems consecutive logits per thread per step, read as
+// Packs of N.
+template <int N, typename T, typename F> __device__ void for_each_logit(const T* logits, int V, F f) {
+    for (int base = 0; base < V; base += blockDim.x * kItems) {
+        const int first = base + threadIdx.x * kItems;
+        float x[kItems];
+        if (first + kItems <= V) {
+            for (int k = 0; k < kItems / N; k++) {
+                const Pack<T, N> p = reinterpret_cast<const Pack<T, N>*>(logits + first)[k];
+                for (int j = 0; j < N; j++) x[k * N + j] = to_float(p.v[j]);
+            }
+        } else {
+            for (int j = 0; j < kItems; j++) x[j] = first + j < V ? to_float(logits[first + j]) : 0.0f;
+        }
+        for (int j = 0; j < kItems; j++)
+            if (first + j < V) f(first + j, x[j]);
+    }
+}
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(int* out_id, const T* logits, int V) {
+    u64 best = 0;
+    int finite = 1;
+    for_each_logit<N>(logits, V, [&](int i, float x) { best = max(best, rank_key(x, i)), finite &= isfinite(x); });
+    best = block_reduce(best, MaxOp{});
+    finite = block_reduce(finite, MinOp{});
+    if (threadIdx.x == 0) *out_id = finite ? rank_id(best) : -1;
+}
+
+}  // namespace sampling
+
+// *out_id (device) = index of the largest of logits [V]; ties go to the lowest index; -1 when
+// any logit is NaN or Inf.
+template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStream_t stream) {
+    using namespace sampling;
+    if (V < 1) fail("argmax: empty vocabulary");
+    if (aligned16(logits)) argmax_kernel<T, kVec<T>><<<1, kArgmaxThreads, 0, stream>>>(out_id, logits, V);
+    else argmax_kernel<T, 1><<<1, kArgmaxThreads, 0, stream>>>(out_id, logits, V);
+    cudaCheckLaunch();
+}
+
+}  // namespace olmo
