@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "common.h"
+#include "program_setup.h"
 
 namespace olmo {
 
@@ -186,15 +187,7 @@ bool parse_args(CLI::App& app, int argc, char** argv) {
     std::vector<std::string> args = llama_cpp_aliases(argc, argv);
     std::vector<char*> arg_ptrs;
     for (std::string& a : args) arg_ptrs.push_back(a.data());
-    try {
-        app.parse((int)arg_ptrs.size(), arg_ptrs.data());
-    } catch (const CLI::Success& e) {
-        app.exit(e);   // prints the help or the version
-        return false;
-    } catch (const CLI::ParseError& e) {
-        fail(std::string(e.what()) + " (see --help)");
-    }
-    return true;
+    return parse_command_line(app, (int)arg_ptrs.size(), arg_ptrs.data());
 }
 
 }  // namespace

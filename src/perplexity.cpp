@@ -60,14 +60,7 @@ bool parse_flags(int argc, char** argv, Options& o) {
                    "core)")->check(CLI::Range(0, 1024));
     app.add_flag("--json", o.json, "print the result as one JSON object (keys as in README.md) instead of text");
     app.add_flag("-q,--quiet", o.quiet, "no progress lines on stderr");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::Success& e) {
-        app.exit(e);   // prints the help
-        return false;
-    } catch (const CLI::ParseError& e) {
-        fail(std::string(e.what()) + " (see --help)");
-    }
+    if (!parse_command_line(app, argc, argv)) return false;
     for (const auto& [flag, value] : {std::pair{"--model", &o.model}, {"--tokenizer", &o.tokenizer}, {"--file", &o.file}})
         if (app.count(flag) && value->empty()) fail(std::string(flag) + ": the value is empty");
     o.ctx_given = app.count("--ctx") > 0;

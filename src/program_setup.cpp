@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <new>
 
@@ -12,6 +13,18 @@
 #include "threads.h"
 
 namespace olmo {
+
+bool parse_command_line(CLI::App& app, int argc, char** argv) {
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::Success& e) {
+        app.exit(e);   // prints the help or the version
+        return false;
+    } catch (const CLI::ParseError& e) {
+        fail(std::string(e.what()) + " (see --help)");
+    }
+    return true;
+}
 
 std::string exe_dir() {
     char buf[4096];

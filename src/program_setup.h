@@ -1,5 +1,5 @@
 // program_setup.h: what the programs that run a model (./generate, ./perplexity) share between
-// their flags and a loaded engine: the default model next to the program, the tokenizer lookup,
+// their command line and a loaded engine: the parse of the flags, the default model next to the program, the tokenizer lookup,
 // the choice of device and storage dtype, the load's progress line.
 #pragma once
 #include <memory>
@@ -10,7 +10,15 @@
 #include "tokenizer.h"
 #include "weights.h"
 
+namespace CLI {
+class App;
+}
+
 namespace olmo {
+
+// Parses the command line into `app`'s options: false when --help or --version was asked for
+// (and printed); a bad flag is one olmo::Error line ending "(see --help)".
+bool parse_command_line(CLI::App& app, int argc, char** argv);
 
 // The folder that holds the running executable: the default model is found relative to it.
 std::string exe_dir();
