@@ -392,8 +392,9 @@ struct Ladder {
         step(1, what, out, [&] { attention_naive(p, scores.ptr, 0); }, dev::kFp32Tflops, 1e-4, std::max(3, reps / 3));
     }
 
-    // Steps 4 and 5: the engine's flash prefill through an identity or a shuffled block table.
-    void tensor_core_step(int n, bool shuffled) {
+    // Steps 4 and 5: the engine's flash prefill through an identity or a shuffled block table;
+    // step 6: its Hopper kernel, through the shuffled table.
+    void tensor_core_step(int n, bool shuffled, PrefillKernel kernel) {
         std::vector<int> table((s.S + 15) / 16);
         std::iota(table.begin(), table.end(), 0);
         if (shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(7));
@@ -402,17 +403,20 @@ struct Ladder {
         dev::DeviceBuffer<bf16> k(paged<bf16>(in.k, table, width)), v(paged<bf16>(in.v, table, width));
         dev::DeviceBuffer<int> pos0(std::vector<int>{0}), d_table(table);
         const AttnParams<bf16> p = engine_params<bf16>(s, q.ptr, k.ptr, v.ptr, out.ptr, pos0.ptr, d_table.ptr);
-        const std::string what = shuffled ? "paged: the same through a shuffled block table"
-                                          : "tensor cores bf16 (mma.sync), flash-attention-2";
-        step(n, what, out, [&] { attention_prefill(p, 0); }, dev::kTensorCoreTflops, 2e-2, reps);
+        const std::string what = kernel == PrefillKernel::Hopper ? "Hopper: TMA producer warp, wgmma consumer warpgroups"
+                                 : shuffled                       ? "paged: the same through a shuffled block table"
+                                                                  : "tensor cores bf16 (mma.sync), flash-attention-2";
+        step(n, what, out, [&] { attention_prefill(p, 0, kernel); }, dev::kTensorCoreTflops, 2e-2, reps);
     }
 
     void run() {
         dev::print_header(dev::Unit::Tflops);
         if (wants(1) || wants(2) || wants(3)) fp32_steps();
-        if (wants(4)) tensor_core_step(4, false);
-        if (wants(5)) tensor_core_step(5, true);
-        if (wants(6)) dev::print_skipped(6, "Hopper: wgmma + TMA, warp-specialized", "not written yet (issue 14)");
+        if (wants(4)) tensor_core_step(4, false, PrefillKernel::MmaSync);
+        if (wants(5)) tensor_core_step(5, true, PrefillKernel::MmaSync);
+        if (!wants(6)) return;
+        if (attention_prefill_hopper_runs(s.hd)) tensor_core_step(6, true, PrefillKernel::Hopper);
+        else dev::print_skipped(6, "Hopper: TMA producer warp, wgmma consumer warpgroups", "needs sm_90a code and hd 64, 128 or 256");
     }
 };
 

@@ -7,6 +7,8 @@
 //   paged_kv.cuh           K/V tiles from the paged cache through the block table; Q tiles
 //   attention_steps.cuh    the warp-level flash steps: Q·Kᵀ, mask, online softmax, P·V
 //   attention_prefill.cuh  flash attention for a chunk of one sequence
+//   hopper.cuh             sm_90a building blocks: mbarriers, TMA, wgmma, the swizzled panel
+//   attention_prefill_hopper.cuh  the same on Hopper: TMA producer, wgmma consumers
 //   attention_decode.cuh   flash-decoding for a step of many sequences, then the merge
 // defines: attention_device_problem, attention_naive, attention_naive_workspace_bytes,
 //          attention_prefill, attention_decode, attention_decode_workspace_bytes (and, from
@@ -26,7 +28,9 @@
 //   attention_naive    scores -> softmax -> P·V as three kernels over an fp32 score matrix.
 //   attention_prefill  flash attention (FlashAttention-2): tiles of 128 query rows stream the
 //                      cache in tiles of 64 keys with an online softmax, on mma.sync tensor cores.
-//                      One sequence (batch 1), any chunk length, appended at any pos0.
+//                      One sequence (batch 1), any chunk length, appended at any pos0. On Hopper
+//                      (sm_90a code, head sizes 64, 128, 256) the warp-specialized kernel of
+//                      attention_prefill_hopper.cuh (FlashAttention-3's design) instead.
 //   attention_decode   flash-decoding for a few query rows per sequence, all sequences of a step
 //                      in one launch: their keys are cut into splits that blocks process in
 //                      parallel (long sequences get more splits), then a second kernel merges them.
@@ -47,6 +51,7 @@
 #include "attention_naive.cuh"
 #include "attention_params.cuh"
 #include "attention_prefill.cuh"
+#include "attention_prefill_hopper.cuh"
 #include "common.h"
 #include "cuda_common.cuh"
 
@@ -123,16 +128,29 @@ void attention_naive(const AttnParams<T>& p, float* scores, cudaStream_t stream)
     attn::launch_naive(p, scores, stream);
 }
 
+// Which prefill kernel runs: the fastest this GPU and head size have (Best), or one by name (the
+// tests and the dev/ ladder run both on Hopper).
+enum class PrefillKernel { Best, MmaSync, Hopper };
+
+// Whether the Hopper prefill kernel can run head size hd here.
+inline bool attention_prefill_hopper_runs(int hd) { return device_caps().sm90a && attn::hopper_prefill_head_dim(hd); }
+
 // Flash attention over n_q >= 1 new queries of one sequence (any chunk of a prompt, appended
 // at pos0[0]).
 template <typename T>
-void attention_prefill(const AttnParams<T>& p, cudaStream_t stream) {
+void attention_prefill(const AttnParams<T>& p, cudaStream_t stream, PrefillKernel which = PrefillKernel::Best) {
     attn::check_params(p, "attention_prefill", false);
     if (p.batch != 1) fail("attention_prefill: batch " + std::to_string(p.batch) + " (one sequence per call)");
     if (p.n_q <= 0) return;
     if constexpr (std::is_same_v<T, float>) {
         attn::launch_rowwise(p, stream);
     } else {
+        const bool hopper = attention_prefill_hopper_runs(p.hd);
+        if (which == PrefillKernel::Hopper && !hopper)
+            fail("attention_prefill: the Hopper kernel needs sm_90a code on a compute capability 9.0 GPU (portable mode off) "
+                 "and head_dim 64, 128 or 256 (got " + std::to_string(p.hd) + ")");
+        if (hopper && which != PrefillKernel::MmaSync)
+            return attn::dispatch_hd(p.hd, [&](auto hd) { attn::launch_prefill_hopper<T, decltype(hd)::value>(p, stream); });
         if (std::string why = attention_device_problem(p.hd); !why.empty()) fail("attention_prefill: " + why);
         attn::dispatch_hd(p.hd, [&](auto hd) {
             constexpr int HD = decltype(hd)::value;

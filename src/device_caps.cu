@@ -57,8 +57,11 @@ Native query() {
         return n;
     }
     const bool sm90_code = image.ptxVersion >= 90;
+    // A 9.0 GPU loads the build's sm_90a machine code when there is some (an exact match wins
+    // over PTX), and only then has the kernels that need it.
+    const bool sm90a = prop.major == 9 && prop.minor == 0 && std::string(" " OLMO_CUDA_ARCHS " ").find(" 90a ") != std::string::npos;
     n.caps = {prop.major, prop.minor, prop.clusterLaunch != 0 && sm90_code, prop.major >= 9 && sm90_code,
-              (int)prop.sharedMemPerBlockOptin};
+              (int)prop.sharedMemPerBlockOptin, sm90a};
     return n;
 }
 
@@ -86,7 +89,7 @@ Portable& mode() {
 DeviceCaps device_caps() {
     DeviceCaps c = native().caps;
     if (mode() != Portable::Off) {
-        c.clusters = c.pdl = false;
+        c.clusters = c.pdl = c.sm90a = false;
         c.smem_per_block = std::min(c.smem_per_block, kSmemBytes[(int)mode()]);
     }
     return c;

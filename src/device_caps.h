@@ -10,9 +10,12 @@
 //       the kernel ahead of them drains; without it they wait in stream order (launch_dependent
 //       in kernels/cuda_common.cuh);
 //   shared memory a block may opt in to (227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86 and
-//       sm_89): the attention tiles that fit (kernels/attention.cuh, attention_device_problem).
+//       sm_89): the attention tiles that fit (kernels/attention.cuh, attention_device_problem);
+//   sm_90a code (wgmma, TMA, setmaxnreg; Hopper alone, and only where the build has sm_90a
+//       machine code): the Hopper prefill attention (kernels/attention_prefill_hopper.cuh).
 // Portable mode makes a Hopper GPU choose as a GPU without those features does, so that their
-// paths are tested where only Hopper GPUs are at hand: no clusters, no dependent launch, and the
+// paths are tested where only Hopper GPUs are at hand: no clusters, no dependent launch, no
+// sm_90a kernels, and the
 // shared memory of an sm_86 (Portable::Sm86) or an sm_80 (Portable::Sm80). It is read once from
 // the environment, OLMO_PORTABLE=1 (or sm86, sm89: Sm86; sm80: Sm80; 0 or unset: off), and tests
 // set it with PortableScope.
@@ -26,6 +29,7 @@ struct DeviceCaps {
     bool clusters = false;     // thread-block clusters
     bool pdl = false;          // programmatic dependent launch
     int smem_per_block = 0;    // bytes of shared memory a block may opt in to
+    bool sm90a = false;        // runs this build's sm_90a machine code (compute capability 9.0)
 };
 
 enum class Portable { Off, Sm86, Sm80 };

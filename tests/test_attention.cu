@@ -306,14 +306,14 @@ void run_decode(const AttnParams<T>& p) {
     cudaCheck(cudaDeviceSynchronize());
 }
 // Prefill takes one sequence per call: sequence b's rows of q and out, its pos0 and table row.
-template <typename T>
+template <typename T, PrefillKernel K = PrefillKernel::Best>
 void run_prefill(const AttnParams<T>& p) {
     const int64_t per_seq = (int64_t)p.n_q * p.nH * p.hd;
     for (int b = 0; b < p.batch; b++) {
         AttnParams<T> s = p;
         s.q += b * per_seq, s.out += b * per_seq, s.pos0 += b, s.block_table += (int64_t)b * p.table_stride;
         s.batch = 1;
-        attention_prefill(s, 0);
+        attention_prefill(s, 0, K);
     }
 }
 
@@ -411,6 +411,54 @@ TYPED_TEST(Attention, NaiveEqualsFlash) {
         expect_close(b, a, Tol<TypeParam>::rel, Tol<TypeParam>::abs,
                      std::string("flash vs naive ") + Tol<TypeParam>::name + " " + c.str());
     }
+}
+
+// The Hopper prefill kernel (attention_prefill_hopper.cuh), where it runs, on the shapes that
+// stress its TMA pages and wgmma tiles, next to the mma.sync kernel on the same inputs: S = 1,
+// 63, 65, 127, 1000, 4097; chunks at an offset; windows shorter than a tile; GQA 1/2/4/5/8;
+// head sizes 64, 128, 256; blocks of 8 to 256 tokens (pages smaller and larger than a tile).
+const std::vector<Case> kHopperCases = {
+    // pos0  n_q nH nKV  hd  win s_cap  bs
+    {{0}, 1, 4, 4, 128, 0, 16, 16},             // S = 1
+    {{0}, 63, 8, 8, 64, 0, 64, 16},             // S = 63, MHA, hd 64
+    {{0}, 65, 8, 2, 128, 0, 80, 8},             // S = 65, GQA 4, pages of 8
+    {{0}, 127, 10, 2, 256, 0, 128, 16},         // S = 127, GQA 5, hd 256
+    {{0}, 1000, 8, 1, 128, 0, 1000, 32},        // S = 1000, GQA 8
+    {{0}, 4097, 2, 1, 128, 0, 4097, 16},        // S = 4097, GQA 2
+    {{500}, 300, 8, 4, 64, 0, 900, 16},         // chunk at pos0 500, GQA 2, hd 64
+    {{200}, 257, 8, 8, 128, 40, 600, 16},       // window 40, shorter than a tile
+    {{1000}, 300, 16, 2, 256, 100, 1400, 256},  // hd 256, GQA 8, window, pages larger than a tile
+    {{37}, 130, 10, 2, 64, 0, 200, 128},        // GQA 5 at an offset, page = tile
+};
+
+template <typename T>
+class AttentionHopper : public ::testing::Test {};
+using HopperTypes = ::testing::Types<__half, __nv_bfloat16>;
+TYPED_TEST_SUITE(AttentionHopper, HopperTypes);
+
+TYPED_TEST(AttentionHopper, MatchesCpuAndMmaSync) {
+    SKIP_WITHOUT_GPU();
+    if (!attention_prefill_hopper_runs(128)) GTEST_SKIP() << "no sm_90a code for this GPU: Hopper prefill tests skipped";
+    using T = TypeParam;
+    check_cases<T>(kHopperCases, 1500,
+                   {{"prefill mma.sync", run_prefill<T, PrefillKernel::MmaSync>},
+                    {"prefill hopper", run_prefill<T, PrefillKernel::Hopper>}});
+    uint32_t seed = 1600;
+    for (const Case& c : kHopperCases) {
+        Problem<T> pr(c, seed++);
+        const std::vector<float> a = pr.run(run_prefill<T, PrefillKernel::MmaSync>), b = pr.run(run_prefill<T, PrefillKernel::Hopper>);
+        expect_close(b, a, Tol<T>::rel, Tol<T>::abs, std::string("hopper vs mma.sync ") + Tol<T>::name + " " + c.str());
+    }
+}
+
+// Asked for by name where it cannot run, the Hopper kernel is refused in one line.
+TEST(AttentionArgs, HopperRefusedWhereItCannotRun) {
+    SKIP_WITHOUT_GPU();
+    Problem<__nv_bfloat16> pr({{0}, 1, 4, 4, 96, 0, 16, 16}, 8);
+    EXPECT_THROW(attention_prefill(pr.params(), 0, PrefillKernel::Hopper), Error);
+    PortableScope portable(Portable::Sm86);
+    Problem<__nv_bfloat16> pr128({{0}, 1, 4, 4, 128, 0, 16, 16}, 9);
+    EXPECT_THROW(attention_prefill(pr128.params(), 0, PrefillKernel::Hopper), Error);
 }
 
 // A batched decode captured once in a CUDA graph (as the engine does, possibly the first call:

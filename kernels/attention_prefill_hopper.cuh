@@ -1,0 +1,246 @@
+// attention_prefill_hopper.cuh: flash attention for a chunk of queries of one sequence on Hopper
+// (sm_90a): TMA copies, warpgroup MMA and warp specialization (after FlashAttention-3).
+// defines: attn::HopperShape, attn::HopperArgs, attn::attention_prefill_hopper_kernel,
+//          attn::hopper_prefill_head_dim, attn::launch_prefill_hopper
+//
+// The math is that of attention_prefill.cuh: a block owns BM = 128 query rows (the g heads of
+// one KV head, for 128/g tokens) and walks the keys it can see in tiles K_j, V_j of BN keys:
+//     S = Q·K_jᵀ;  mask;  online softmax (m, l, P);  O = O·2^(c·(m - m')) + P·V_j;   out = O / l
+// What changes is who does what:
+//   producer   warp 0 of warpgroup 0 (the other three leave at once, and the group hands most of
+//              its registers to the consumers). One thread loads the Q tile with TMA; then, per
+//              K/V tile, once consumers have freed the stage, its lanes issue one TMA copy each:
+//              a page of the block table (block_size keys, or BN when pages are larger) of one
+//              64-dim panel, straight from the paged pool. STAGES tiles are in flight.
+//   consumers  warpgroups 1 and 2, 64 query rows each. Per tile: wait until K_j has landed;
+//              S[64 x BN] = Q·K_jᵀ as HD/16 wgmma reading both operands from shared memory; mask
+//              and online softmax in registers (the steps of attention_steps.cuh: wgmma leaves
+//              each warp's 16 rows in the mma.sync layout); P packed to 16 bits as the A operand;
+//              wait for V_j; O[64 x HD] += P·V_j as BN/16 wgmma with A from registers; then
+//              each warp arrives on the stage's "empty" barrier.
+// The copy engine fills stage j+1 (and j+2 ...) while the tensor cores work on stage j, and the
+// two consumer warpgroups share each SM sub-partition's tensor core: while one computes its
+// softmax, the other's wgmma runs.
+//
+// Keys outside [lo, hi): a page wholly outside is copied from row -box (outside the tensor, so
+// TMA writes zeros and reads nothing): released pages (table entry -1) and pages past the last
+// key are never dereferenced. The last page may hold unwritten rows past hi - 1 (NaN in the
+// tests): their scores are masked, but a NaN in V would poison P·V (0 · NaN), so the consumers
+// zero those V rows of the last tile before its P·V.
+//
+// Shared memory (1 block per SM): Q 128 x HD + STAGES x (K, V) BN x HD, in panels (hopper.cuh),
+// and the barriers: HD 64: 16 + 4·2·16 = 144 KB (4 stages); HD 128: 32 + 2·2·32 = 160 KB;
+// HD 256 (BN 64): 64 + 2·2·32 = 192 KB.
+// Registers: 168 per thread at launch (384 threads, one block per SM); the producer drops to 40
+// and the consumers rise to 232: o (HD/2 fp32) + s (BN/2 fp32) + p (BN/4) per thread.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "attention_params.cuh"
+#include "attention_steps.cuh"
+#include "cuda_common.cuh"
+#include "hopper.cuh"
+#include "paged_kv.cuh"
+
+namespace olmo {
+namespace attn {
+
+template <int HD>
+struct HopperShape {
+    static constexpr int BM = 128, BN = HD <= 128 ? 128 : 64, STAGES = HD == 64 ? 4 : 2;
+    static constexpr int THREADS = 3 * 128, CONSUMER_WARPS = 8;
+    static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // 128·40 + 256·232 <= 65536
+    using QTile = Panels<BM, HD>;
+    using KVTile = Panels<BN, HD>;
+    static constexpr int kBarriers = 1 + 3 * STAGES;  // q_full, then per stage k_full, v_full, empty
+    static constexpr int kSmem = 1024 /* alignment */ + QTile::kBytes + 2 * STAGES * KVTile::kBytes + 8 * kBarriers;
+    static_assert(kSmem <= kMaxSmemBytes, "one block fits an SM");
+};
+
+template <typename T>
+struct HopperArgs {
+    AttnParams<T> p;
+    CUtensorMap q;   // [n_q, nH, hd]: boxes of 64 dims x g heads x 128/g tokens
+    CUtensorMap k;   // the K pool [rows, nKV*hd]: boxes of 64 dims x box_rows rows
+    CUtensorMap v;   // the V pool, alike
+    int box_rows;  // min(block_size, BN): one page (or one tile of a larger page) per copy
+};
+
+// Zeroes rows r0 .. BN-1 of every panel of a K/V tile (whole rows, so the swizzle does not matter),
+// by the `threads` threads numbered `tid`.
+template <int BN, int HD>
+__device__ __forceinline__ void zero_rows_from(Panels<BN, HD> tile, int r0, int tid, int threads) {
+    const int per_panel = (BN - r0) * 8;  // 16-byte chunks
+    for (int i = tid; i < per_panel * (HD / 64); i += threads) {
+        const uint32_t addr = tile.panel(i / per_panel) + r0 * 128 + i % per_panel * 16;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+    }
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(HopperShape<HD>::THREADS, 1)
+    attention_prefill_hopper_kernel(const __grid_constant__ HopperArgs<T> args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Shape = HopperShape<HD>;
+    using KVTile = typename Shape::KVTile;
+    constexpr int BM = Shape::BM, BN = Shape::BN, STAGES = Shape::STAGES, NT = BN / 8, DT = HD / 8;
+    const AttnParams<T>& p = args.p;
+    extern __shared__ __align__(128) uint4 smem[];
+    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem) + 1023) & ~1023u;
+    const typename Shape::QTile sq{base};
+    auto k_tile = [&](int s) { return KVTile{base + Shape::QTile::kBytes + s * KVTile::kBytes}; };
+    auto v_tile = [&](int s) { return KVTile{base + Shape::QTile::kBytes + (STAGES + s) * KVTile::kBytes}; };
+    const uint32_t q_full = base + Shape::QTile::kBytes + 2 * STAGES * KVTile::kBytes;
+    auto k_full = [&](int s) { return q_full + 8 * (1 + s); };
+    auto v_full = [&](int s) { return q_full + 8 * (1 + STAGES + s); };
+    auto empty = [&](int s) { return q_full + 8 * (1 + 2 * STAGES + s); };
+
+    // The block's rows and keys, as in attention_prefill_kernel.
+    const int g = p.nH / p.nKV, tokens = BM / g;
+    const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens, t_end = min(p.n_q, t0 + tokens);
+    const RowMap map{g, (int)blockIdx.x, t0, (t_end - t0) * g};
+    const int pos0 = p.pos0[0], pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
+    const KeyRange keys = visible_keys(pos_lo, pos_hi, p.window);
+    const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(k_full(s), 1);
+            mbar_init(v_full(s), 1);
+            mbar_init(empty(s), Shape::CONSUMER_WARPS);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp < 4) {  // ---- the producer ----
+        setmaxnreg_dec<Shape::PRODUCER_REGS>();
+        if (warp != 0) return;
+        if (lane == 0) {
+            mbar_arrive_expect_tx(q_full, tokens * g * HD * 2);
+            for (int c = 0; c < HD / 64; c++) tma_load_3d(sq.panel(c), &args.q, c * 64, map.kvh * g, t0, q_full);
+        }
+        const Pages pg = pages_of(p, 0);
+        const int box = args.box_rows, pages = BN / box;  // copies per panel of a tile
+        const int page = lane % pages, panel = lane / pages;
+        const bool copies = panel < HD / 64;              // pages * HD/64 <= 32 lanes
+        const uint32_t offset = panel * KVTile::kPanelBytes + page * box * 128;
+        for (int tile = tile_lo, it = 0; tile <= tile_hi; tile++, it++) {
+            const int s = it % STAGES, key = tile * BN + page * box;
+            const int row = copies && key < keys.hi && key + box > keys.lo ? (int)pg.row(key) : -box;
+            mbar_wait(empty(s), (it / STAGES & 1) ^ 1);
+            if (lane == 0) {
+                mbar_arrive_expect_tx(k_full(s), BN * HD * 2);
+                mbar_arrive_expect_tx(v_full(s), BN * HD * 2);
+            }
+            __syncwarp();
+            if (copies) {
+                const int col = map.kvh * HD + panel * 64;
+                tma_load_2d(k_tile(s).base + offset, &args.k, col, row, k_full(s));
+                tma_load_2d(v_tile(s).base + offset, &args.v, col, row, v_full(s));
+            }
+        }
+        return;
+    }
+
+    // ---- the consumers: warp w (0..7) owns block rows 16w .. 16w+15 ----
+    setmaxnreg_inc<Shape::CONSUMER_REGS>();
+    const int cw = warp - 4, wg_row0 = cw / 4 * 64;
+    auto row_pos = [&](int r) { return pos0 + map.token(cw * 16 + r); };
+    float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
+    const float c = p.scale * kLog2e;
+
+    mbar_wait(q_full, 0);
+    for (int tile = tile_lo, it = 0; tile <= tile_hi; tile++, it++) {
+        const int s = it % STAGES, key0 = tile * BN;
+        const uint32_t phase = it / STAGES & 1;
+
+        float sc[1][NT][4];
+        mbar_wait(k_full(s), phase);
+        wgmma_fence();
+#pragma unroll
+        for (int d = 0; d < HD; d += 16) wgmma_ss<T, BN>(sc[0], sq.kmajor(wg_row0, d), k_tile(s).kmajor(0, d), d > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_touch(sc[0]);
+
+        const bool partial = key0 + BN - 1 > pos_lo || (p.window > 0 && key0 <= pos_hi - p.window);
+        if (partial) mask_scores<1, NT>(sc, row_pos, key0, p.window, lane);
+        online_softmax<1, NT, DT>(sc, m, l, o, c);
+        uint32_t pa[NT / 2][4];  // P as the A fragments of 16-key slices
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            pa[kk][0] = pack2<T>(sc[0][2 * kk][0], sc[0][2 * kk][1]);
+            pa[kk][1] = pack2<T>(sc[0][2 * kk][2], sc[0][2 * kk][3]);
+            pa[kk][2] = pack2<T>(sc[0][2 * kk + 1][0], sc[0][2 * kk + 1][1]);
+            pa[kk][3] = pack2<T>(sc[0][2 * kk + 1][2], sc[0][2 * kk + 1][3]);
+        }
+
+        mbar_wait(v_full(s), phase);
+        if (keys.hi - key0 < BN) {  // the last tile ends inside a page: rows past hi - 1 may be NaN
+            zero_rows_from(v_tile(s), keys.hi - key0, threadIdx.x - 128, 256);
+            fence_proxy_async();
+            named_barrier_sync(1, 256);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], pa[kk], v_tile(s).mnmajor(kk * 16), true);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_touch(o[0]);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty(s));
+    }
+
+    // out = o / l, with l summed over the 4 lanes that share a row.
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const float sum = quad_sum(l[0][half]);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int r = cw * 16 + half * 8 + lane / 4;
+        if (r >= map.rows) continue;
+        T* dst = p.out + ((int64_t)map.token(r) * p.nH + map.head(r)) * HD + (lane & 3) * 2;
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+            *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<T>(o[0][d][2 * half] * inv, o[0][d][2 * half + 1] * inv);
+    }
+#endif
+}
+
+// The head sizes the Hopper kernel takes: whole panels (others run attention_prefill_kernel).
+inline bool hopper_prefill_head_dim(int hd) { return hd == 64 || hd == 128 || hd == 256; }
+
+template <typename T, int HD>
+void launch_prefill_hopper(const AttnParams<T>& p, cudaStream_t stream) {
+    static_assert(!std::is_same_v<T, float>, "16-bit operands");
+    using Shape = HopperShape<HD>;
+    const int g = p.nH / p.nKV, tokens = Shape::BM / g;
+    if (tokens == 0) fail("attention_prefill: more than 128 query heads per KV head");
+    const bool half = std::is_same_v<T, __half>;
+    HopperArgs<T> a;
+    a.p = p;
+    a.box_rows = std::min(p.block_size, Shape::BN);
+    const uint64_t q_dims[3] = {(uint64_t)HD, (uint64_t)p.nH, (uint64_t)p.n_q};
+    const uint64_t q_strides[2] = {HD * 2ull, (uint64_t)p.nH * HD * 2};
+    const uint32_t q_box[3] = {64, (uint32_t)g, (uint32_t)tokens};
+    a.q = tensor_map(p.q, 3, q_dims, q_strides, q_box, half);
+    // The pools' row count is not known here; rows are < 2^31 (attention_params.cuh), and only
+    // the rows of the sequence's table are read.
+    const uint64_t kv_dims[2] = {(uint64_t)p.nKV * HD, 0x7fffffffull};
+    const uint64_t kv_strides[1] = {(uint64_t)p.nKV * HD * 2};
+    const uint32_t kv_box[2] = {64, (uint32_t)a.box_rows};
+    a.k = tensor_map(p.k, 2, kv_dims, kv_strides, kv_box, half);
+    a.v = tensor_map(p.v, 2, kv_dims, kv_strides, kv_box, half);
+    constexpr auto kernel = attention_prefill_hopper_kernel<T, HD>;
+    allow_smem<kernel>(Shape::kSmem);
+    kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), Shape::THREADS, Shape::kSmem, stream>>>(a);
+    cudaCheckLaunch();
+}
+
+}  // namespace attn
+}  // namespace olmo
