@@ -1,7 +1,8 @@
 // bench_attention.cu: speed of the attention kernels (kernels/attention.cuh) on the issue's bars.
-//   prefill  bf16, hd 128, 32 heads (nKV 32), causal, batch 1, S = 4096 and 16384: TFLOP/s
-//            counting causal FLOPs = 2·S²·hd·heads (QKᵀ and PV, half the square). BN = 64 (the
-//            default) and BN = 32 tiles side by side.
+//   prefill  bf16, causal, batch 1: hd 128 with 32/32 heads at S = 4096 and 16384 and 40/8
+//            heads at S = 16384; hd 64 with 32/32 heads at S = 4096. TFLOP/s counting causal
+//            FLOPs = 2·S²·hd·heads (QKᵀ and PV, half the square), for each step of the ladder:
+//            naive (S <= 4096), mma.sync flash, Hopper flash.
 //   decode   bf16, hd 128, batch 1, one new token over 32768 cached keys, 32/32 and 40/8 heads:
 //            effective bandwidth = K+V bytes / time. Four caches in rotation (each larger than
 //            the L2 for MHA; together 4x it for GQA), so the reads come from HBM. Timed both as
@@ -144,41 +145,54 @@ struct Results {
     }
 };
 
-void bench_prefill(int S, Results& res) {
-    const int nH = 32, hd = 128;
-    const size_t n = (size_t)S * nH * hd;
-    bf16 *q = device_random(n, 1), *k = device_random(n, 2), *v = device_random(n, 3), *out, *ref;
+// The prefill ladder on one shape: the naive kernels (S <= 4096: they hold S x S x heads fp32
+// scores), the mma.sync flash kernel (its best key tile) and, where it runs, the Hopper kernel.
+// Key "prefill_S_nH_nKV_hd": the fastest flash figure, compared with PyTorch's.
+void bench_prefill(int S, int nH, int nKV, int hd, Results& res) {
+    const size_t nq = (size_t)S * nH * hd, nkv = (size_t)S * nKV * hd;
+    bf16 *q = device_random(nq, 1), *k = device_random(nkv, 2), *v = device_random(nkv, 3), *out, *ref;
     int* pos0;
-    cudaCheck(cudaMalloc(&out, n * sizeof(bf16)));
-    cudaCheck(cudaMalloc(&ref, n * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&out, nq * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&ref, nq * sizeof(bf16)));
     cudaCheck(cudaMalloc(&pos0, sizeof(int)));
     cudaCheck(cudaMemset(pos0, 0, sizeof(int)));
     int* table = device_table(1, S / kBlock, false);
-    const AttnParams<bf16> p{q, k, v, out, S, pos0, nH, nH, hd, 0, 1.0f / std::sqrt((float)hd), S, table, S / kBlock, kBlock, 1};
+    const AttnParams<bf16> p{q, k, v, out, S, pos0, nH, nKV, hd, 0, 1.0f / std::sqrt((float)hd), S, table, S / kBlock, kBlock, 1};
     const double flops = 2.0 * S * (double)S * hd * nH;
     const int reps = S <= 4096 ? 50 : 12;
-    const double ms64 = median_ms([&](int) { attention_prefill(p, 0); }, 3, reps);
-    const double ms32 = median_ms([&](int) { attn::launch_prefill<bf16, 128, 32>(p, 0); }, 3, reps);
-    printf("prefill S=%-6d 32/32 heads  BN=64: %8.3f ms %7.1f TFLOP/s   BN=32: %8.3f ms %7.1f TFLOP/s\n", S, ms64,
-           flops / ms64 / 1e9, ms32, flops / ms32 / 1e9);
-    char key[64];
-    snprintf(key, sizeof key, "prefill_%d", S);
-    res.put(key, flops / std::min(ms64, ms32) / 1e9);
-    snprintf(key, sizeof key, "prefill_%d_bn64", S);
-    res.put(key, flops / ms64 / 1e9);
-    if (S <= 4096) {  // the naive oracle needs S*S*heads fp32 scores
-        float* ws;
+    auto tflops = [&](double ms) { return flops / ms / 1e9; };
+    printf("prefill S=%-6d %d/%d heads hd %d (TFLOP/s)
+", S, nH, nKV, hd);
+    float* ws = nullptr;
+    if (S <= 4096) {
         cudaCheck(cudaMalloc(&ws, attention_naive_workspace_bytes(1, S, nH, S)));
         AttnParams<bf16> pn = p;
         pn.out = ref;
-        attention_naive(pn, ws, 0);
-        attention_prefill(p, 0);
-        const double e64 = rel_l2(out, ref, n);
-        attn::launch_prefill<bf16, 128, 32>(p, 0);
-        const double e32 = rel_l2(out, ref, n);
-        printf("  check vs naive: rel-L2 BN=64 %.2e, BN=32 %.2e\n", e64, e32);
-        cudaCheck(cudaFree(ws));
+        const double ms = median_ms([&](int) { attention_naive(pn, ws, 0); }, 1, 3);
+        printf("  naive (scores in HBM)      %9.3f ms %7.1f
+", ms, tflops(ms));
     }
+    double best = 0;
+    auto step = [&](const char* what, PrefillKernel kernel) {
+        const double ms = median_ms([&](int) { attention_prefill(p, 0, kernel); }, 3, reps);
+        best = std::max(best, tflops(ms));
+        printf("  %-26s %9.3f ms %7.1f", what, ms, tflops(ms));
+        if (ws) printf("   rel-L2 vs naive %.2e", rel_l2(out, ref, nq));
+        printf("\n");
+        return tflops(ms);
+    };
+    char key[96];
+    const double mma = step("mma.sync flash (FA2)", PrefillKernel::MmaSync);
+    snprintf(key, sizeof key, "prefill_mma_%d_%d_%d_%d", S, nH, nKV, hd);
+    res.put(key, mma);
+    if (attention_prefill_hopper_runs(hd)) {
+        const double hopper = step("Hopper flash (TMA, wgmma)", PrefillKernel::Hopper);
+        snprintf(key, sizeof key, "prefill_hopper_%d_%d_%d_%d", S, nH, nKV, hd);
+        res.put(key, hopper);
+    }
+    snprintf(key, sizeof key, "prefill_%d_%d_%d_%d", S, nH, nKV, hd);
+    res.put(key, best);
+    if (ws) cudaCheck(cudaFree(ws));
     for (bf16* b : {q, k, v, out, ref}) cudaCheck(cudaFree(b));
     for (int* b : {pos0, table}) cudaCheck(cudaFree(b));
 }
@@ -319,8 +333,10 @@ int main(int argc, char** argv) {
         const std::string only = argc > 2 ? argv[2] : "";
         auto want = [&](const std::string& part) { return part.compare(0, only.size(), only) == 0; };
         if (want("prefill")) {
-            bench_prefill(4096, res);
-            bench_prefill(16384, res);
+            bench_prefill(4096, 32, 32, 128, res);
+            bench_prefill(16384, 32, 32, 128, res);
+            bench_prefill(16384, 40, 8, 128, res);
+            bench_prefill(4096, 32, 32, 64, res);
         }
         if (want("decode_32_32")) bench_decode(32, 32, res);
         if (want("decode_40_8")) bench_decode(40, 8, res);

@@ -12,15 +12,18 @@
 //              K/V tile, once consumers have freed the stage, its lanes issue one TMA copy each:
 //              a page of the block table (block_size keys, or BN when pages are larger) of one
 //              64-dim panel, straight from the paged pool. STAGES tiles are in flight.
-//   consumers  warpgroups 1 and 2, 64 query rows each. Per tile: wait until K_j has landed;
-//              S[64 x BN] = Q·K_jᵀ as HD/16 wgmma reading both operands from shared memory; mask
-//              and online softmax in registers (the steps of attention_steps.cuh: wgmma leaves
-//              each warp's 16 rows in the mma.sync layout); P packed to 16 bits as the A operand;
-//              wait for V_j; O[64 x HD] += P·V_j as BN/16 wgmma with A from registers; then
-//              each warp arrives on the stage's "empty" barrier.
-// The copy engine fills stage j+1 (and j+2 ...) while the tensor cores work on stage j, and the
-// two consumer warpgroups share each SM sub-partition's tensor core: while one computes its
-// softmax, the other's wgmma runs.
+//   consumers  warpgroups 1 and 2, 64 query rows each. Per tile: S[64 x BN] = Q·K_jᵀ as HD/16
+//              wgmma reading both operands from shared memory (once K_j has landed); mask and
+//              online softmax in registers (the steps of attention_steps.cuh: wgmma leaves each
+//              warp's 16 rows in the mma.sync layout); P packed to 16 bits as the A operand;
+//              O[64 x HD] += P·V_j as BN/16 wgmma with A from registers (once V_j has landed);
+//              then each warp arrives on the stage's "empty" barrier.
+// Two things overlap: the copy engine fills the next stages while the tensor cores work on this
+// one, and the two consumer warpgroups share each SM sub-partition's tensor core, so that while
+// one computes its softmax, the other's wgmma run. (FlashAttention-3 also overlaps a group's
+// own softmax with its P·V, issuing S_j+1 and P_j·V_j together, and makes the groups take turns
+// with named barriers. Both measured slower here, with ptxas 13.0 placing the wait for P·V
+// before the softmax: docs/attention_notes.md.)
 //
 // Keys outside [lo, hi): a page wholly outside is copied from row -box (outside the tensor, so
 // TMA writes zeros and reads nothing): released pages (table entry -1) and pages past the last
@@ -153,6 +156,8 @@ __global__ void __launch_bounds__(HopperShape<HD>::THREADS, 1)
     const int cw = warp - 4, wg_row0 = cw / 4 * 64;
     auto row_pos = [&](int r) { return pos0 + map.token(cw * 16 + r); };
     float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
+    float sc[1][NT][4];      // the tile's scores, then probabilities
+    uint32_t pa[NT / 2][4];  // the probabilities as P·V's A operand
     const float c = p.scale * kLog2e;
 
     mbar_wait(q_full, 0);
@@ -160,7 +165,7 @@ __global__ void __launch_bounds__(HopperShape<HD>::THREADS, 1)
         const int s = it % STAGES, key0 = tile * BN;
         const uint32_t phase = it / STAGES & 1;
 
-        float sc[1][NT][4];
+        // S = Q·K_tileᵀ: HD/16 wgmma, both operands from shared memory.
         mbar_wait(k_full(s), phase);
         wgmma_fence();
 #pragma unroll
@@ -169,18 +174,13 @@ __global__ void __launch_bounds__(HopperShape<HD>::THREADS, 1)
         wgmma_wait<0>();
         wgmma_touch(sc[0]);
 
+        // Mask (only tiles some row sees in part: the diagonal, the window's start), softmax.
         const bool partial = key0 + BN - 1 > pos_lo || (p.window > 0 && key0 <= pos_hi - p.window);
         if (partial) mask_scores<1, NT>(sc, row_pos, key0, p.window, lane);
         online_softmax<1, NT, DT>(sc, m, l, o, c);
-        uint32_t pa[NT / 2][4];  // P as the A fragments of 16-key slices
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) {
-            pa[kk][0] = pack2<T>(sc[0][2 * kk][0], sc[0][2 * kk][1]);
-            pa[kk][1] = pack2<T>(sc[0][2 * kk][2], sc[0][2 * kk][3]);
-            pa[kk][2] = pack2<T>(sc[0][2 * kk + 1][0], sc[0][2 * kk + 1][1]);
-            pa[kk][3] = pack2<T>(sc[0][2 * kk + 1][2], sc[0][2 * kk + 1][3]);
-        }
+        pack_probabilities<T, NT>(pa, sc[0]);
 
+        // O += P·V_tile: BN/16 wgmma, P from registers.
         mbar_wait(v_full(s), phase);
         if (keys.hi - key0 < BN) {  // the last tile ends inside a page: rows past hi - 1 may be NaN
             zero_rows_from(v_tile(s), keys.hi - key0, threadIdx.x - 128, 256);

@@ -8,7 +8,8 @@
 // keys. Accumulator fragments give each lane rows lane/4 and lane/4+8 of an m-tile (index
 // `half` 0/1 below), two columns each; the 4 lanes of a row hold its other columns.
 // defines: attn::kLog2e, attn::quad_sum, attn::warp_scores, attn::QFromSmem, attn::QInRegisters,
-//          attn::mask_scores, attn::online_softmax, attn::warp_pv
+//          attn::mask_scores, attn::softmax_update, attn::rescale_rows, attn::online_softmax,
+//          attn::pack_probabilities, attn::warp_pv
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -119,10 +120,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], RowPos row_po
 // A row that has seen only masked (-inf) keys keeps m = -inf and uses 0 as its reference, so
 // no (-inf) - (-inf) = NaN appears; its p and l stay 0. Once the maxima settle, most tiles
 // change no row's max: the warp then skips the rescale of o (exact: the factor would be 1).
-template <int MT, int NT, int DT>
-__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
-                                               float (&o)[MT][DT][4], float c) {
-    float corr[MT][2];
+// softmax_update does all but the rescale, which it leaves to rescale_rows (so that a kernel
+// can compute the probabilities while o is still being written by an asynchronous P·V);
+// it returns whether the warp may skip it.
+template <int MT, int NT>
+__device__ __forceinline__ bool softmax_update(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&corr)[MT][2], float c) {
     bool same = true;  // no max of this lane's rows changed
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -147,7 +150,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)
                 }
             l[mt][half] = l[mt][half] * corr[mt][half] + sum;
         }
-    if (__all_sync(0xffffffffu, same)) return;
+    return __all_sync(0xffffffffu, same);
+}
+template <int MT, int DT>
+__device__ __forceinline__ void rescale_rows(float (&o)[MT][DT][4], const float (&corr)[MT][2]) {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -155,10 +161,28 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)
 #pragma unroll
             for (int i = 0; i < 4; i++) o[mt][d][i] *= corr[mt][i >> 1];
 }
+template <int MT, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&o)[MT][DT][4], float c) {
+    float corr[MT][2];
+    if (!softmax_update<MT, NT>(s, m, l, corr, c)) rescale_rows<MT, DT>(o, corr);
+}
 
-// o += P·V: the probabilities' accumulator fragments of n-tiles 2kk, 2kk+1 are exactly the A
-// fragment of a 16-key slice once packed to 16 bits (all packed first, so the fp32 scores die
-// before the loop); V's B fragments come from ldmatrix.trans with lane rows lane%16 (keys),
+// The probabilities' accumulator fragments of n-tiles 2kk, 2kk+1 are exactly the A fragment of
+// a 16-key slice once packed to 16 bits.
+template <typename T, int NT>
+__device__ __forceinline__ void pack_probabilities(uint32_t (&a)[NT / 2][4], const float (&p)[NT][4]) {
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+        a[kk][0] = pack2<T>(p[2 * kk][0], p[2 * kk][1]);
+        a[kk][1] = pack2<T>(p[2 * kk][2], p[2 * kk][3]);
+        a[kk][2] = pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+        a[kk][3] = pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+    }
+}
+
+// o += P·V: the probabilities packed as A fragments (pack_probabilities; all packed first, so
+// the fp32 scores die before the loop); V's B fragments come from ldmatrix.trans with lane rows lane%16 (keys),
 // chunk lane/16 (matrices: keys 0-7 dims 0-7, keys 8-15 dims 0-7, keys 0-7 dims 8-15, ...).
 template <typename T, int HD, int MT, int NT>
 __device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (&p)[MT][NT][4], SmemTile<HD> v,
@@ -166,14 +190,7 @@ __device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (
     using Tile = SmemTile<HD>;
     uint32_t a[MT][NT / 2][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) {
-            a[mt][kk][0] = pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
-            a[mt][kk][1] = pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
-            a[mt][kk][2] = pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
-            a[mt][kk][3] = pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
-        }
+    for (int mt = 0; mt < MT; mt++) pack_probabilities<T, NT>(a[mt], p[mt]);
     const uint32_t va = v.at(lane & 15, lane >> 4);
 #pragma unroll
     for (int kk = 0; kk < NT / 2; kk++) {
