@@ -161,16 +161,14 @@ void bench_prefill(int S, int nH, int nKV, int hd, Results& res) {
     const double flops = 2.0 * S * (double)S * hd * nH;
     const int reps = S <= 4096 ? 50 : 12;
     auto tflops = [&](double ms) { return flops / ms / 1e9; };
-    printf("prefill S=%-6d %d/%d heads hd %d (TFLOP/s)
-", S, nH, nKV, hd);
+    printf("prefill S=%-6d %d/%d heads hd %d (TFLOP/s)\n", S, nH, nKV, hd);
     float* ws = nullptr;
     if (S <= 4096) {
         cudaCheck(cudaMalloc(&ws, attention_naive_workspace_bytes(1, S, nH, S)));
         AttnParams<bf16> pn = p;
         pn.out = ref;
         const double ms = median_ms([&](int) { attention_naive(pn, ws, 0); }, 1, 3);
-        printf("  naive (scores in HBM)      %9.3f ms %7.1f
-", ms, tflops(ms));
+        printf("  naive (scores in HBM)      %9.3f ms %7.1f\n", ms, tflops(ms));
     }
     double best = 0;
     auto step = [&](const char* what, PrefillKernel kernel) {
