@@ -1,6 +1,7 @@
 // attention_prefill.cuh: flash attention (FlashAttention-2) for a chunk of queries of one
 // sequence, on mma.sync tensor cores.
-// defines: attn::kPrefillBM, attn::kPrefillBN, attn::PrefillShape, attn::attention_prefill_kernel,
+// defines: attn::kPrefillBM, attn::kPrefillBN, attn::PrefillShape, attn::PrefillBlock, attn::prefill_block,
+//          attn::store_rows, attn::attention_prefill_kernel,
 //          attn::prefill_smem_bytes, attn::launch_prefill
 //
 // A block owns BM = 128 query rows Q_b (the g = nH/nKV heads of one KV head, for BM/g tokens)
@@ -48,6 +49,48 @@ struct PrefillShape {
     static constexpr int MIN_BLOCKS = HD <= 128 ? 2 : 1;  // per SM, as shared memory allows
 };
 
+// The query rows and keys of the prefill block (blockIdx.x: its KV head, blockIdx.y: its query
+// block of BM rows, latest first), shared by this kernel and the Hopper one.
+struct PrefillBlock {
+    RowMap map;
+    int pos0, pos_lo, pos_hi;  // positions of token 0 and of the block's first and last token
+    KeyRange keys;             // the keys some row of the block sees
+    // Whether some row sees the tile of BN keys from key0 only in part (the diagonal, the
+    // window's start): only those tiles are masked.
+    __device__ bool partial(int key0, int bn, int window) const {
+        return key0 + bn - 1 > pos_lo || (window > 0 && key0 <= pos_hi - window);
+    }
+};
+template <int BM, typename T>
+__device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T>& p) {
+    const int g = p.nH / p.nKV, tokens = BM / g;
+    const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens, t_end = min(p.n_q, t0 + tokens);
+    const int pos0 = p.pos0[0], pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
+    return {{g, (int)blockIdx.x, t0, (t_end - t0) * g}, pos0, pos_lo, pos_hi, visible_keys(pos_lo, pos_hi, p.window)};
+}
+
+// out = o / l for a warp's MT m-tiles from block row row0, with l summed over the 4 lanes that
+// share a row. Rows past map.rows and dims past hd (a padded tile) are not stored.
+template <typename T, int MT, int DT>
+__device__ __forceinline__ void store_rows(const AttnParams<T>& p, const RowMap& map, const float (&o)[MT][DT][4],
+                                           const float (&l)[MT][2], int row0, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const float sum = quad_sum(l[mt][half]);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int r = row0 + mt * 16 + half * 8 + lane / 4;
+            if (r >= map.rows) continue;
+            T* dst = p.out + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + (lane & 3) * 2;
+#pragma unroll
+            for (int d = 0; d < DT; d++)
+                if (d * 8 < p.hd)
+                    *reinterpret_cast<uint32_t*>(dst + d * 8) =
+                        pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
+        }
+}
+
 template <typename T, int HD, int BN>
 __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::MIN_BLOCKS)
     attention_prefill_kernel(const AttnParams<T> p) {
@@ -59,14 +102,12 @@ __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::M
     auto v_stage = [&](int s) { return sq.rows_from(BM + (2 * s + 1) * BN); };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-    const int g = p.nH / p.nKV, tokens = BM / g;
-    const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens, t_end = min(p.n_q, t0 + tokens);
-    const RowMap map{g, (int)blockIdx.x, t0, (t_end - t0) * g};
-    const int pos0 = p.pos0[0], pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
-    const KeyRange keys = visible_keys(pos_lo, pos_hi, p.window);
+    const PrefillBlock blk = prefill_block<BM>(p);
+    const RowMap& map = blk.map;
+    const KeyRange keys = blk.keys;
     const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
 
-    auto row_pos = [&](int r) { return pos0 + map.token(warp * WM + r); };  // position of the warp's row r
+    auto row_pos = [&](int r) { return blk.pos0 + map.token(warp * WM + r); };  // position of the warp's row r
     float o[MT][DT][4] = {}, m[MT][2], l[MT][2] = {};
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY;
@@ -90,29 +131,13 @@ __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::M
 
         float s[MT][NT][4];
         warp_scores<T, HD, MT, NT>(s, QFromSmem<HD>(sq.rows_from(warp * WM), lane), k_stage(stage), lane);
-        const bool partial = key0 + BN - 1 > pos_lo || (p.window > 0 && key0 <= pos_hi - p.window);
-        if (partial) mask_scores<MT, NT>(s, row_pos, key0, p.window, lane);
+        if (blk.partial(key0, BN, p.window)) mask_scores<MT, NT>(s, row_pos, key0, p.window, lane);
         online_softmax<MT, NT, DT>(s, m, l, o, c);
         warp_pv<T, HD, MT, NT>(o, s, v_stage(stage), lane);
         __syncthreads();  // all warps are done with this stage before it is refilled
     }
 
-    // out = o / l, with l summed over the 4 lanes that share a row.
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const float sum = quad_sum(l[mt][half]);
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-            const int r = warp * WM + mt * 16 + half * 8 + lane / 4;
-            if (r >= map.rows) continue;
-            T* dst = p.out + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + (lane & 3) * 2;
-#pragma unroll
-            for (int d = 0; d < DT; d++)
-                if (d * 8 < p.hd)  // dims past hd (a padded tile) are not stored
-                    *reinterpret_cast<uint32_t*>(dst + d * 8) =
-                        pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
-        }
+    store_rows<T, MT, DT>(p, map, o, l, warp * WM, lane);
 }
 
 // Shared memory of a prefill block: the Q tile, 2 stages of K and V tiles, the table rings.

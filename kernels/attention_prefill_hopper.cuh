@@ -1,6 +1,7 @@
 // attention_prefill_hopper.cuh: flash attention for a chunk of queries of one sequence on Hopper
 // (sm_90a): TMA copies, warpgroup MMA and warp specialization (after FlashAttention-3).
-// defines: attn::HopperShape, attn::HopperArgs, attn::attention_prefill_hopper_kernel,
+// defines: attn::HopperShape, attn::HopperArgs, attn::HopperSmem, attn::hopper_produce, attn::hopper_consume,
+//          attn::zero_rows_from, attn::attention_prefill_hopper_kernel,
 //          attn::hopper_prefill_head_dim, attn::launch_prefill_hopper
 //
 // The math is that of attention_prefill.cuh: a block owns BM = 128 query rows (the g heads of
@@ -46,6 +47,7 @@
 #include "attention_steps.cuh"
 #include "cuda_common.cuh"
 #include "hopper.cuh"
+#include "attention_prefill.cuh"
 #include "paged_kv.cuh"
 
 namespace olmo {
@@ -83,131 +85,140 @@ __device__ __forceinline__ void zero_rows_from(Panels<BN, HD> tile, int r0, int 
     }
 }
 
-template <typename T, int HD>
-__global__ void __launch_bounds__(HopperShape<HD>::THREADS, 1)
-    attention_prefill_hopper_kernel(const __grid_constant__ HopperArgs<T> args) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Where a block's tiles and barriers lie in shared memory (the base 1024-byte aligned): the Q
+// tile, STAGES K tiles, STAGES V tiles, then the mbarriers q_full and, per stage, k_full,
+// v_full ("the tile has landed") and empty ("every consumer warp is done with the stage").
+template <int HD>
+struct HopperSmem {
     using Shape = HopperShape<HD>;
     using KVTile = typename Shape::KVTile;
-    constexpr int BM = Shape::BM, BN = Shape::BN, STAGES = Shape::STAGES, NT = BN / 8, DT = HD / 8;
-    const AttnParams<T>& p = args.p;
-    extern __shared__ __align__(128) uint4 smem[];
-    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem) + 1023) & ~1023u;
-    const typename Shape::QTile sq{base};
-    auto k_tile = [&](int s) { return KVTile{base + Shape::QTile::kBytes + s * KVTile::kBytes}; };
-    auto v_tile = [&](int s) { return KVTile{base + Shape::QTile::kBytes + (STAGES + s) * KVTile::kBytes}; };
-    const uint32_t q_full = base + Shape::QTile::kBytes + 2 * STAGES * KVTile::kBytes;
-    auto k_full = [&](int s) { return q_full + 8 * (1 + s); };
-    auto v_full = [&](int s) { return q_full + 8 * (1 + STAGES + s); };
-    auto empty = [&](int s) { return q_full + 8 * (1 + 2 * STAGES + s); };
+    static constexpr int STAGES = Shape::STAGES;
+    uint32_t base;
+    __device__ typename Shape::QTile q() const { return {base}; }
+    __device__ KVTile k(int s) const { return {base + Shape::QTile::kBytes + s * KVTile::kBytes}; }
+    __device__ KVTile v(int s) const { return {base + Shape::QTile::kBytes + (STAGES + s) * KVTile::kBytes}; }
+    __device__ uint32_t q_full() const { return base + Shape::QTile::kBytes + 2 * STAGES * KVTile::kBytes; }
+    __device__ uint32_t k_full(int s) const { return q_full() + 8 * (1 + s); }
+    __device__ uint32_t v_full(int s) const { return q_full() + 8 * (1 + STAGES + s); }
+    __device__ uint32_t empty(int s) const { return q_full() + 8 * (1 + 2 * STAGES + s); }
+};
 
-    // The block's rows and keys, as in attention_prefill_kernel.
-    const int g = p.nH / p.nKV, tokens = BM / g;
-    const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens, t_end = min(p.n_q, t0 + tokens);
-    const RowMap map{g, (int)blockIdx.x, t0, (t_end - t0) * g};
-    const int pos0 = p.pos0[0], pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
-    const KeyRange keys = visible_keys(pos_lo, pos_hi, p.window);
-    const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-    if (threadIdx.x == 0) {
-        mbar_init(q_full, 1);
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(k_full(s), 1);
-            mbar_init(v_full(s), 1);
-            mbar_init(empty(s), Shape::CONSUMER_WARPS);
-        }
-        mbar_fence_init();
+// The producer warp: the Q tile, then each K/V tile of the block once its stage is free, lane i
+// copying page i % pages of panel i / pages (pages * HD/64 <= 32).
+template <typename T, int HD>
+__device__ __forceinline__ void hopper_produce(const HopperArgs<T>& args, const HopperSmem<HD>& sm, const PrefillBlock& blk,
+                                               int lane) {
+    using Shape = HopperShape<HD>;
+    constexpr int BN = Shape::BN, STAGES = Shape::STAGES;
+    const RowMap& map = blk.map;
+    if (lane == 0) {
+        mbar_arrive_expect_tx(sm.q_full(), Shape::BM / map.g * map.g * HD * 2);
+        for (int c = 0; c < HD / 64; c++)
+            tma_load_3d(sm.q().panel(c), &args.q, c * 64, map.kvh * map.g, map.t0, sm.q_full());
     }
-    __syncthreads();
-
-    if (warp < 4) {  // ---- the producer ----
-        setmaxnreg_dec<Shape::PRODUCER_REGS>();
-        if (warp != 0) return;
+    const Pages pg = pages_of(args.p, 0);
+    const int box = args.box_rows, pages = BN / box;
+    const int page = lane % pages, panel = lane / pages;
+    const bool copies = panel < HD / 64;
+    const uint32_t offset = panel * Shape::KVTile::kPanelBytes + page * box * 128;
+    const int tile_lo = blk.keys.lo / BN, tile_hi = (blk.keys.hi - 1) / BN;
+    for (int tile = tile_lo, it = 0; tile <= tile_hi; tile++, it++) {
+        const int s = it % STAGES, key = tile * BN + page * box;
+        const int row = copies && key < blk.keys.hi && key + box > blk.keys.lo ? (int)pg.row(key) : -box;
+        mbar_wait(sm.empty(s), (it / STAGES & 1) ^ 1);
         if (lane == 0) {
-            mbar_arrive_expect_tx(q_full, tokens * g * HD * 2);
-            for (int c = 0; c < HD / 64; c++) tma_load_3d(sq.panel(c), &args.q, c * 64, map.kvh * g, t0, q_full);
+            mbar_arrive_expect_tx(sm.k_full(s), BN * HD * 2);
+            mbar_arrive_expect_tx(sm.v_full(s), BN * HD * 2);
         }
-        const Pages pg = pages_of(p, 0);
-        const int box = args.box_rows, pages = BN / box;  // copies per panel of a tile
-        const int page = lane % pages, panel = lane / pages;
-        const bool copies = panel < HD / 64;              // pages * HD/64 <= 32 lanes
-        const uint32_t offset = panel * KVTile::kPanelBytes + page * box * 128;
-        for (int tile = tile_lo, it = 0; tile <= tile_hi; tile++, it++) {
-            const int s = it % STAGES, key = tile * BN + page * box;
-            const int row = copies && key < keys.hi && key + box > keys.lo ? (int)pg.row(key) : -box;
-            mbar_wait(empty(s), (it / STAGES & 1) ^ 1);
-            if (lane == 0) {
-                mbar_arrive_expect_tx(k_full(s), BN * HD * 2);
-                mbar_arrive_expect_tx(v_full(s), BN * HD * 2);
-            }
-            __syncwarp();
-            if (copies) {
-                const int col = map.kvh * HD + panel * 64;
-                tma_load_2d(k_tile(s).base + offset, &args.k, col, row, k_full(s));
-                tma_load_2d(v_tile(s).base + offset, &args.v, col, row, v_full(s));
-            }
+        __syncwarp();
+        if (copies) {
+            const int col = map.kvh * HD + panel * 64;
+            tma_load_2d(sm.k(s).base + offset, &args.k, col, row, sm.k_full(s));
+            tma_load_2d(sm.v(s).base + offset, &args.v, col, row, sm.v_full(s));
         }
-        return;
     }
+}
 
-    // ---- the consumers: warp w (0..7) owns block rows 16w .. 16w+15 ----
-    setmaxnreg_inc<Shape::CONSUMER_REGS>();
-    const int cw = warp - 4, wg_row0 = cw / 4 * 64;
-    auto row_pos = [&](int r) { return pos0 + map.token(cw * 16 + r); };
+// Consumer warp cw (0..7) of the two warpgroups: block rows 16cw .. 16cw+15, over every tile.
+template <typename T, int HD>
+__device__ __forceinline__ void hopper_consume(const AttnParams<T>& p, const HopperSmem<HD>& sm, const PrefillBlock& blk,
+                                               int cw, int lane) {
+    using Shape = HopperShape<HD>;
+    constexpr int BN = Shape::BN, STAGES = Shape::STAGES, NT = BN / 8, DT = HD / 8;
+    const int wg_row0 = cw / 4 * 64;
+    auto row_pos = [&](int r) { return blk.pos0 + blk.map.token(cw * 16 + r); };
     float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
     float sc[1][NT][4];      // the tile's scores, then probabilities
     uint32_t pa[NT / 2][4];  // the probabilities as P·V's A operand
     const float c = p.scale * kLog2e;
+    const int tile_lo = blk.keys.lo / BN, tile_hi = (blk.keys.hi - 1) / BN;
 
-    mbar_wait(q_full, 0);
+    mbar_wait(sm.q_full(), 0);
     for (int tile = tile_lo, it = 0; tile <= tile_hi; tile++, it++) {
         const int s = it % STAGES, key0 = tile * BN;
         const uint32_t phase = it / STAGES & 1;
 
         // S = Q·K_tileᵀ: HD/16 wgmma, both operands from shared memory.
-        mbar_wait(k_full(s), phase);
+        mbar_wait(sm.k_full(s), phase);
         wgmma_fence();
 #pragma unroll
-        for (int d = 0; d < HD; d += 16) wgmma_ss<T, BN>(sc[0], sq.kmajor(wg_row0, d), k_tile(s).kmajor(0, d), d > 0);
+        for (int d = 0; d < HD; d += 16) wgmma_ss<T, BN>(sc[0], sm.q().kmajor(wg_row0, d), sm.k(s).kmajor(0, d), d > 0);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_touch(sc[0]);
 
-        // Mask (only tiles some row sees in part: the diagonal, the window's start), softmax.
-        const bool partial = key0 + BN - 1 > pos_lo || (p.window > 0 && key0 <= pos_hi - p.window);
-        if (partial) mask_scores<1, NT>(sc, row_pos, key0, p.window, lane);
+        if (blk.partial(key0, BN, p.window)) mask_scores<1, NT>(sc, row_pos, key0, p.window, lane);
         online_softmax<1, NT, DT>(sc, m, l, o, c);
         pack_probabilities<T, NT>(pa, sc[0]);
 
         // O += P·V_tile: BN/16 wgmma, P from registers.
-        mbar_wait(v_full(s), phase);
-        if (keys.hi - key0 < BN) {  // the last tile ends inside a page: rows past hi - 1 may be NaN
-            zero_rows_from(v_tile(s), keys.hi - key0, threadIdx.x - 128, 256);
+        mbar_wait(sm.v_full(s), phase);
+        if (blk.keys.hi - key0 < BN) {  // the last tile ends inside a page: rows past hi - 1 may be NaN
+            zero_rows_from(sm.v(s), blk.keys.hi - key0, cw * 32 + lane, 256);
             fence_proxy_async();
             named_barrier_sync(1, 256);
         }
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], pa[kk], v_tile(s).mnmajor(kk * 16), true);
+        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], pa[kk], sm.v(s).mnmajor(kk * 16), true);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_touch(o[0]);
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty(s));
+        if (lane == 0) mbar_arrive(sm.empty(s));
     }
+    store_rows<T, 1, DT>(p, blk.map, o, l, cw * 16, lane);
+}
 
-    // out = o / l, with l summed over the 4 lanes that share a row.
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const float sum = quad_sum(l[0][half]);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int r = cw * 16 + half * 8 + lane / 4;
-        if (r >= map.rows) continue;
-        T* dst = p.out + ((int64_t)map.token(r) * p.nH + map.head(r)) * HD + (lane & 3) * 2;
-#pragma unroll
-        for (int d = 0; d < DT; d++)
-            *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<T>(o[0][d][2 * half] * inv, o[0][d][2 * half + 1] * inv);
+#endif  // sm_90a
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(HopperShape<HD>::THREADS, 1)
+    attention_prefill_hopper_kernel(const __grid_constant__ HopperArgs<T> args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Shape = HopperShape<HD>;
+    extern __shared__ __align__(128) uint4 smem[];
+    const HopperSmem<HD> sm{((uint32_t)__cvta_generic_to_shared(smem) + 1023) & ~1023u};
+    const PrefillBlock blk = prefill_block<Shape::BM>(args.p);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) {
+        mbar_init(sm.q_full(), 1);
+        for (int s = 0; s < Shape::STAGES; s++) {
+            mbar_init(sm.k_full(s), 1);
+            mbar_init(sm.v_full(s), 1);
+            mbar_init(sm.empty(s), Shape::CONSUMER_WARPS);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (warp < 4) {  // warpgroup 0 gives its registers away; its warp 0 is the producer
+        setmaxnreg_dec<Shape::PRODUCER_REGS>();
+        if (warp == 0) hopper_produce<T, HD>(args, sm, blk, lane);
+    } else {
+        setmaxnreg_inc<Shape::CONSUMER_REGS>();
+        hopper_consume<T, HD>(args.p, sm, blk, warp - 4, lane);
     }
 #endif
 }

@@ -8,8 +8,7 @@
 // keys. Accumulator fragments give each lane rows lane/4 and lane/4+8 of an m-tile (index
 // `half` 0/1 below), two columns each; the 4 lanes of a row hold its other columns.
 // defines: attn::kLog2e, attn::quad_sum, attn::warp_scores, attn::QFromSmem, attn::QInRegisters,
-//          attn::mask_scores, attn::softmax_update, attn::rescale_rows, attn::online_softmax,
-//          attn::pack_probabilities, attn::warp_pv
+//          attn::mask_scores, attn::online_softmax, attn::pack_probabilities, attn::warp_pv
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -120,12 +119,10 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], RowPos row_po
 // A row that has seen only masked (-inf) keys keeps m = -inf and uses 0 as its reference, so
 // no (-inf) - (-inf) = NaN appears; its p and l stay 0. Once the maxima settle, most tiles
 // change no row's max: the warp then skips the rescale of o (exact: the factor would be 1).
-// softmax_update does all but the rescale, which it leaves to rescale_rows (so that a kernel
-// can compute the probabilities while o is still being written by an asynchronous P·V);
-// it returns whether the warp may skip it.
-template <int MT, int NT>
-__device__ __forceinline__ bool softmax_update(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
-                                               float (&corr)[MT][2], float c) {
+template <int MT, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&o)[MT][DT][4], float c) {
+    float corr[MT][2];
     bool same = true;  // no max of this lane's rows changed
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -150,10 +147,7 @@ __device__ __forceinline__ bool softmax_update(float (&s)[MT][NT][4], float (&m)
                 }
             l[mt][half] = l[mt][half] * corr[mt][half] + sum;
         }
-    return __all_sync(0xffffffffu, same);
-}
-template <int MT, int DT>
-__device__ __forceinline__ void rescale_rows(float (&o)[MT][DT][4], const float (&corr)[MT][2]) {
+    if (__all_sync(0xffffffffu, same)) return;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -161,13 +155,6 @@ __device__ __forceinline__ void rescale_rows(float (&o)[MT][DT][4], const float 
 #pragma unroll
             for (int i = 0; i < 4; i++) o[mt][d][i] *= corr[mt][i >> 1];
 }
-template <int MT, int NT, int DT>
-__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
-                                               float (&o)[MT][DT][4], float c) {
-    float corr[MT][2];
-    if (!softmax_update<MT, NT>(s, m, l, corr, c)) rescale_rows<MT, DT>(o, corr);
-}
-
 // The probabilities' accumulator fragments of n-tiles 2kk, 2kk+1 are exactly the A fragment of
 // a 16-key slice once packed to 16 bits.
 template <typename T, int NT>
@@ -182,8 +169,8 @@ __device__ __forceinline__ void pack_probabilities(uint32_t (&a)[NT / 2][4], con
 }
 
 // o += P·V: the probabilities packed as A fragments (pack_probabilities; all packed first, so
-// the fp32 scores die before the loop); V's B fragments come from ldmatrix.trans with lane rows lane%16 (keys),
-// chunk lane/16 (matrices: keys 0-7 dims 0-7, keys 8-15 dims 0-7, keys 0-7 dims 8-15, ...).
+// the fp32 scores die before the loop); V's B fragments come from ldmatrix.trans with lane rows
+// lane%16 (keys), chunk lane/16 (matrices: keys 0-7 dims 0-7, keys 8-15 dims 0-7, keys 0-7 dims 8-15, ...).
 template <typename T, int HD, int MT, int NT>
 __device__ __forceinline__ void warp_pv(float (&o)[MT][HD / 8][4], const float (&p)[MT][NT][4], SmemTile<HD> v,
                                         int lane) {
