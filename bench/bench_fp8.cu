@@ -2,12 +2,15 @@
 // against the bandwidth roofline and cuBLAS's bf16 GEMM of the same shape in the same run.
 //   For each (N, K) and rows = 1, 2, 4, 8, 16: fp8_gemv time, the weight bytes it streams
 //   (N16 · ld) over that time, and cuBLAS bf16 (cublasGemmEx, fp32 output) on the bf16 weights:
-//   time and bytes/time. "copy" is cudaMemcpy device to device of the FP8 bytes: read + write,
-//   counted once, so its figure is half the traffic it makes; the roofline we quote is 4.25 TB/s.
+//   time and bytes/time. "chained": 16 launches of fp8_gemv back to back (different weights, as
+//   the layers of a decode step follow each other) captured in a CUDA graph as the engine's
+//   decode step is, time per launch: neither the host's launch cost nor a gap between kernels
+//   is in it. "copy" is cudaMemcpy device to device of the FP8 bytes: read + write, counted
+//   once, so its figure is half the traffic it makes; the roofline we quote is 4.25 TB/s.
 // Weights rotate through several copies larger than the L2 together, so reads come from HBM.
 // Prefill (4096 tokens): the FP8 path's three steps (activations quantized per token, the
 // cuBLASLt FP8 GEMM, the scale pass) next to cuBLAS bf16, in TFLOP/s of the GEMM's 2·M·N·K.
-// Each figure is the median of 50 launches timed with CUDA events.
+// Each figure is the median of 50 timings with CUDA events.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -28,22 +31,39 @@ __global__ void fill(bf16* x, size_t n, uint64_t seed) {
         x[i] = __float2bfloat16_rn(((splitmix64(seed * kGolden64 + i) >> 40) * (1.0f / 16777216.0f) - 0.5f) * 0.1f);
 }
 
-template <typename F> float median_ms(F f) {
+// Median time of f(i), or with `chain` > 1 of a CUDA graph of f(0) .. f(chain - 1) divided by chain.
+template <typename F> float median_ms(F f, int chain = 1) {
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraphExec_t exec = nullptr;
+    if (chain > 1) {
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int c = 0; c < chain; c++) f(c, stream);
+        cudaCheck(cudaStreamEndCapture(stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
     cudaEvent_t a, b;
     cudaCheck(cudaEventCreate(&a));
     cudaCheck(cudaEventCreate(&b));
     std::vector<float> t;
     for (int i = 0; i < 55; i++) {
-        cudaCheck(cudaEventRecord(a));
-        f(i);
-        cudaCheck(cudaEventRecord(b));
+        cudaCheck(cudaEventRecord(a, stream));
+        if (exec) cudaCheck(cudaGraphLaunch(exec, stream));
+        else f(i, stream);
+        cudaCheck(cudaEventRecord(b, stream));
         cudaCheck(cudaEventSynchronize(b));
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, a, b));
         if (i >= 5) t.push_back(ms);
     }
+    if (exec) cudaCheck(cudaGraphExecDestroy(exec));
+    cudaCheck(cudaEventDestroy(a));
+    cudaCheck(cudaEventDestroy(b));
+    cudaCheck(cudaStreamDestroy(stream));
     std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return t[t.size() / 2] / chain;
 }
 
 // 4096 tokens through W: each step of the FP8 path timed alone, and cuBLAS bf16.
@@ -62,13 +82,16 @@ void prefill(const char* name, const Fp8Matrix& W, const bf16* wb, cublasHandle_
     {
         Fp8Gemm gemm(ws, 32 << 20);
         const double flop = 2.0 * rows * W.N * W.K;
-        const float tq = median_ms([&](int) { quantize_rows_fp8(x8, xs, x, rows, W.K, W.ld, 0); });
-        const float tg = median_ms([&](int) { gemm.run(y, x8, xs, W, rows, 0); });   // GEMM + scale pass
-        const float ts = median_ms([&](int) { scale_rows_cols(y, xs, W.scale, rows, W.N, 0); });
+        const float tq = median_ms([&](int, cudaStream_t st) { quantize_rows_fp8(x8, xs, x, rows, W.K, W.ld, st); });
+        // the GEMM with its scale pass
+        const float tg = median_ms([&](int, cudaStream_t st) { gemm.run(y, x8, xs, W, rows, st); });
+        const float ts = median_ms([&](int, cudaStream_t st) { scale_rows_cols(y, xs, W.scale, rows, W.N, st); });
         const float one = 1.0f, zero = 0.0f;
-        const float tb = median_ms([&](int) {
+        const float tb = median_ms([&](int, cudaStream_t st) {
+            cublasCheck(cublasSetStream(h, st));
             cublasCheck(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, W.N, rows, W.K, &one, wb, CUDA_R_16BF, W.K, x,
-                                     CUDA_R_16BF, W.K, &zero, y, CUDA_R_32F, W.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                     CUDA_R_16BF, W.K, &zero, y, CUDA_R_32F, W.N, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
         });
         std::printf("%-8s prefill %d tokens: quantize %.3f ms, FP8 GEMM %.3f ms (%.0f TFLOP/s), scale pass %.3f ms "
                     "(in the GEMM figure); FP8 path %.3f ms = %.0f TFLOP/s | bf16 cuBLAS %.3f ms = %.0f TFLOP/s\n",
@@ -86,8 +109,8 @@ int main() {
                             {"down", 4096, 11008}, {"lm head", 100352, 4096}};
     cublasHandle_t h;
     cublasCheck(cublasCreate(&h));
-    std::printf("%-8s %6s %6s %4s | %9s %8s | %9s %8s | %8s\n", "matrix", "N", "K", "rows", "fp8 us", "GB/s",
-                "bf16 us", "GB/s", "speedup");
+    std::printf("%-8s %6s %6s %4s | %9s %8s | %12s | %9s %8s | %8s\n", "matrix", "N", "K", "rows", "fp8 us", "GB/s",
+                "chained GB/s", "bf16 us", "GB/s", "speedup");
     for (const Shape& s : shapes) {
         const int copies = std::max<int>(2, (int)(200e6 / ((double)s.N * s.K)) + 1);   // > 2x the L2 in FP8
         std::vector<Fp8Matrix> w(copies);
@@ -110,31 +133,35 @@ int main() {
         cudaCheck(cudaDeviceSynchronize());
         const double fp8_bytes = (double)fp8_padded_rows(s.N) * fp8_padded_cols(s.K), bf16_bytes = 2.0 * s.N * s.K;
         for (int rows : {1, 2, 4, 8, 16}) {
-            const float t8 = median_ms([&](int i) { fp8_gemv(y, x, w[i % copies], rows, 0); });
+            auto run = [&](int i, cudaStream_t st) { fp8_gemv(y, x, w[i % copies], rows, st); };
+            const float t8 = median_ms(run), chained = median_ms(run, 16);
             const float one = 1.0f, zero = 0.0f;
-            const float tb = median_ms([&](int i) {
+            const float tb = median_ms([&](int i, cudaStream_t st) {
+                cublasCheck(cublasSetStream(h, st));
                 cublasCheck(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.N, rows, s.K, &one, wb[i % copies], CUDA_R_16BF,
                                          s.K, x, CUDA_R_16BF, s.K, &zero, y, CUDA_R_32F, s.N, CUBLAS_COMPUTE_32F,
                                          CUBLAS_GEMM_DEFAULT));
             });
-            std::printf("%-8s %6d %6d %4d | %9.1f %8.0f | %9.1f %8.0f | %7.2fx\n", s.name, s.N, s.K, rows, t8 * 1e3,
-                        fp8_bytes / t8 / 1e6, tb * 1e3, bf16_bytes / tb / 1e6, tb / t8);
+            std::printf("%-8s %6d %6d %4d | %9.1f %8.0f | %12.0f | %9.1f %8.0f | %7.2fx\n", s.name, s.N, s.K, rows,
+                        t8 * 1e3, fp8_bytes / t8 / 1e6, fp8_bytes / chained / 1e6, tb * 1e3, bf16_bytes / tb / 1e6,
+                        tb / t8);
         }
-        const float tc = median_ms([&](int i) {
-            cudaCheck(cudaMemcpyAsync(w[(i + 1) % copies].q, w[i % copies].q, (size_t)fp8_bytes, cudaMemcpyDeviceToDevice));
+        const float tc = median_ms([&](int i, cudaStream_t st) {
+            const size_t n = (size_t)fp8_bytes;
+            cudaCheck(cudaMemcpyAsync(w[(i + 1) % copies].q, w[i % copies].q, n, cudaMemcpyDeviceToDevice, st));
         });
         for (int warps : {1, 2, 4, 8, 16}) {   // the automatic choice against each fixed one, 1 token
-            const float t = median_ms([&](int i) { fp8_gemv(y, x, w[i % copies], 1, 0, warps); });
+            const float t = median_ms([&](int i, cudaStream_t st) { fp8_gemv(y, x, w[i % copies], 1, st, warps); });
             std::printf("%-8s rows 1, %2d warps per block%s: %.1f us, %.0f GB/s\n", s.name, warps,
                         warps == fp8_gemv_warps<bf16, 1, kFp8GemvDepth>(w[0]) ? " (auto)" : "", t * 1e3,
                         fp8_bytes / t / 1e6);
         }
         for (int depth : {2, 4, 6}) {   // chunks in flight per warp (kFp8GemvDepth), 1 token, automatic warps
-            const float t = median_ms([&](int i) {
+            const float t = median_ms([&](int i, cudaStream_t st) {
                 const Fp8Matrix& W = w[i % copies];
-                if (depth == 2) fp8_gemv_launch<bf16, 1, 2>(y, x, W, 1, 0, 0);
-                else if (depth == 4) fp8_gemv_launch<bf16, 1, 4>(y, x, W, 1, 0, 0);
-                else fp8_gemv_launch<bf16, 1, 6>(y, x, W, 1, 0, 0);
+                if (depth == 2) fp8_gemv_launch<bf16, 1, 2>(y, x, W, 1, st, 0);
+                else if (depth == 4) fp8_gemv_launch<bf16, 1, 4>(y, x, W, 1, st, 0);
+                else fp8_gemv_launch<bf16, 1, 6>(y, x, W, 1, st, 0);
             });
             std::printf("%-8s rows 1, depth %d%s: %.1f us, %.0f GB/s\n", s.name, depth,
                         depth == kFp8GemvDepth ? " (engine)" : "", t * 1e3, fp8_bytes / t / 1e6);

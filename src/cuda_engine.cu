@@ -9,8 +9,9 @@
 // Memory: the weights live in one allocation (cuda_weights.cuh: their layout and loading, FP8
 // included); activations for one prefill chunk in a second; the paged KV pools (kv_cache.h) in
 // a third. Nothing is allocated after construction, so a decode step over B
-// sequences is captured once as a CUDA graph and replayed: its inputs (token ids, positions,
-// block tables) live in device memory, refreshed by one copy before each replay.
+// sequences is captured once as a CUDA graph and replayed (decode_graphs.h): its inputs (token
+// ids, positions, block tables: step_meta.h) live in device memory, refreshed by one copy
+// before each replay.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,6 +23,7 @@
 #include "common.h"
 #include "cuda_common.cuh"
 #include "cuda_weights.cuh"
+#include "decode_graphs.h"
 #include "elementwise.cuh"
 #include "engine.h"
 #include "fp8_gemm.h"
@@ -30,6 +32,7 @@
 #include "norm.cuh"
 #include "rope.cuh"
 #include "sampling.cuh"
+#include "step_meta.h"
 
 namespace olmo {
 
@@ -53,17 +56,6 @@ struct LayerCache {
     int kind;         // KvCache::kFull or kSliding: which block tables address its pools
 };
 
-// What one forward call needs to know about its tokens, uploaded in one copy before it runs:
-// rows are tokens (a prefill chunk of one sequence, or one token per sequence in decode).
-struct StepMeta {
-    int* ids;         // [rows]        token ids
-    int* pos;         // [rows]        position of each token
-    int* rows[2];     // [rows]        pool row of each token's K/V, per kind
-    int* pos0;        // [batch]       position of each sequence's first token in this call
-    int* tables[2];   // [batch, stride] block tables, per kind
-    uint64_t* step;   // [batch]       draw counter of each sequence, for the sampler (first: 8-aligned)
-};
-
 template <typename T>
 class CudaEngine : public Engine {
 public:
@@ -74,8 +66,7 @@ public:
         init_kv(c, max_seq, kv_blocks);
         chunk_ = std::min(max_seq_, kMaxChunk);
         stride_ = (max_seq_ + kv_->block_size() - 1) / kv_->block_size() + 1;
-        // rows: ids, pos, 2 x rows; per sequence: step (2 ints), pos0, 2 x table (layout_meta)
-        meta_ints_ = 4 * (size_t)std::max(chunk_, max_batch_) + (size_t)max_batch_ * (3 + 2 * stride_);
+        meta_.reserve(std::max(chunk_, max_batch_), max_batch_, stride_);
         cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         cublasCheck(cublasCreate(&cublas_));
         cublasCheck(cublasSetStream(cublas_, stream_));
@@ -92,14 +83,11 @@ public:
         if (fp8) fp8_gemm_ = std::make_unique<Fp8Gemm>(cublas_ws_, kCublasWorkspace);
         w_.load(ck, progress, stream_);
         upload_rope();
-        cudaCheck(cudaMallocHost(&host_meta_, sizeof(int) * meta_ints_));
         cudaCheck(cudaMallocHost(&host_ids_, sizeof(int) * max_batch_));
         cudaCheck(cudaStreamSynchronize(stream_));
     }
 
     ~CudaEngine() override {
-        for (auto& g : graphs_) cudaGraphExecDestroy(g.exec);
-        cudaFreeHost(host_meta_);
         cudaFreeHost(host_ids_);
         cublasDestroy(cublas_);
         cudaStreamDestroy(stream_);
@@ -129,7 +117,8 @@ protected:
             const bool last = done + n == ids.size();
             std::vector<int> pos(n);
             for (int r = 0; r < n; r++) pos[r] = pos0 + (int)done + r;
-            upload_meta(std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {step});
+            meta_.upload(*kv_, std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {step},
+                         stream_);
             forward_rows(n, /*batch=*/1, /*prefill=*/true);
             if (last && id) draw({s});
             done += n;
@@ -147,8 +136,12 @@ protected:
                  std::to_string(max_batch_));
         std::vector<int> pos(B);
         for (int b = 0; b < B; b++) pos[b] = kv_->len(seqs[b]);
-        upload_meta(ids, pos, seqs, steps);
-        graph_for(B, ids_out ? s : std::vector<SamplingParams>{});   // draws unless only logits are asked
+        meta_.upload(*kv_, ids, pos, seqs, steps, stream_);
+        const std::vector<SamplingParams> draws = ids_out ? s : std::vector<SamplingParams>{};   // none: logits only
+        graphs_.launch(B, draws, stream_, [&] {
+            forward_rows(B, B, /*prefill=*/false);
+            draw(draws);
+        });
         sync_out(B, logits, ids_out);
     }
 
@@ -163,7 +156,8 @@ protected:
                 pos[r] = pos0 + (int)done + r;
                 target[r] = done + r + 1 < ids.size() ? ids[done + r + 1] : -1;   // the last row has none
             }
-            upload_meta(std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {0});
+            meta_.upload(*kv_, std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {0},
+                         stream_);
             cudaCheck(cudaMemcpyAsync(targets_, target.data(), sizeof(int) * n, cudaMemcpyHostToDevice, stream_));
             forward_rows(n, /*batch=*/1, /*prefill=*/true, /*score=*/true);
             const size_t scored = std::min((size_t)n, ids.size() - 1 - done);
@@ -218,7 +212,7 @@ private:
         targets_ = b.take<int>(C);          // scoring: each row's next token (-1: none)  [C]
         logprobs_ = b.take<float>(C);       // scoring: each row's log p(target)          [C]
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
-        meta_base_ = b.take<int>(meta_ints_);   // step metadata (StepMeta), filled by one copy
+        meta_.place(b.take<int>(meta_.ints()));   // step metadata (step_meta.h), filled by one copy
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
         cublas_ws_ = b.take<char>(kCublasWorkspace);
     }
@@ -230,48 +224,6 @@ private:
             layers_[i].rope_scale = c_.rope(i).attention_factor;
             layers_[i].window = c_.window(i);
         }
-    }
-
-    // Places StepMeta's arrays for n rows and B sequences back to back in meta_base_. The
-    // layout depends only on (n, B), so a graph captured for a batch size stays valid.
-    size_t layout_meta(int n, int B) {
-        int* m = meta_base_;
-        meta_.step = reinterpret_cast<uint64_t*>(m), m += 2 * B;   // at the 256-aligned start
-        meta_.ids = m, m += n;
-        meta_.pos = m, m += n;
-        meta_.rows[0] = m, m += n;
-        meta_.rows[1] = m, m += n;
-        meta_.pos0 = m, m += B;
-        meta_.tables[0] = m, m += (size_t)B * stride_;
-        meta_.tables[1] = m, m += (size_t)B * stride_;
-        return m - meta_base_;
-    }
-
-    // Fills StepMeta on the host and copies it to the device in one transfer: rows = ids.size()
-    // tokens at positions pos, belonging to seqs (prefill: one sequence; decode: one per token).
-    void upload_meta(const std::vector<int>& ids, const std::vector<int>& pos, const std::vector<int>& seqs,
-                     const std::vector<uint64_t>& steps) {
-        const int n = (int)ids.size(), B = (int)seqs.size();
-        cudaCheck(cudaStreamSynchronize(stream_));   // the previous copy from host_meta_ is done
-        const size_t used = layout_meta(n, B);
-        int* h = host_meta_;
-        auto at = [&](int* dev) { return h + (dev - meta_base_); };
-        std::copy(ids.begin(), ids.end(), at(meta_.ids));
-        std::copy(pos.begin(), pos.end(), at(meta_.pos));
-        for (int k = 0; k < 2; k++) {
-            if (kv_->total_blocks(k) == 0) continue;
-            for (int r = 0; r < n; r++) at(meta_.rows[k])[r] = kv_->row(seqs[B == 1 ? 0 : r], k, pos[r]);
-            for (int b = 0; b < B; b++) {
-                const std::vector<int>& t = kv_->table(seqs[b], k);
-                int* dst = at(meta_.tables[k]) + (size_t)b * stride_;
-                std::copy(t.begin(), t.end(), dst);
-                std::fill(dst + t.size(), dst + stride_, -1);
-            }
-        }
-        for (int b = 0; b < B; b++) at(meta_.pos0)[b] = pos[B == 1 ? 0 : b];
-        uint64_t* step = reinterpret_cast<uint64_t*>(at(reinterpret_cast<int*>(meta_.step)));
-        for (int b = 0; b < B; b++) step[b] = b < (int)steps.size() ? steps[b] : 0;
-        cudaCheck(cudaMemcpyAsync(meta_base_, h, sizeof(int) * used, cudaMemcpyHostToDevice, stream_));
     }
 
     // y[rows, N] (fp32) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. FP8 weights: the small-batch
@@ -325,41 +277,6 @@ private:
         std::vector<float> f(h.size());
         for (size_t i = 0; i < h.size(); i++) f[i] = to_float(h[i]);
         hook(name, f.data(), n, KV);
-    }
-
-    // Decode steps replay a graph captured once per (batch size, sampling settings): the
-    // settings are kernel arguments, baked into the graph. The cache keeps the kMaxGraphs most
-    // recently used graphs (a long batched run shrinks its batch step by step; settings change
-    // between requests) and destroys the rest.
-    static constexpr size_t kMaxGraphs = 16;
-    struct Graph {
-        int batch;
-        std::vector<SamplingParams> sampling;   // empty: logits only
-        cudaGraphExec_t exec;
-    };
-    void graph_for(int B, const std::vector<SamplingParams>& s) {
-        auto hit = std::find_if(graphs_.begin(), graphs_.end(), [&](const Graph& g) { return g.batch == B && g.sampling == s; });
-        if (hit == graphs_.end()) {
-            if (graphs_.size() == kMaxGraphs) {
-                cudaCheck(cudaGraphExecDestroy(graphs_.back().exec));
-                graphs_.pop_back();
-            }
-            graphs_.insert(graphs_.begin(), Graph{B, s, capture(B, s)});
-        } else {
-            std::rotate(graphs_.begin(), hit, hit + 1);   // most recently used first
-        }
-        cudaCheck(cudaGraphLaunch(graphs_.front().exec, stream_));
-    }
-    cudaGraphExec_t capture(int B, const std::vector<SamplingParams>& s) {
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        cudaCheck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        forward_rows(B, B, /*prefill=*/false);
-        draw(s);   // s is empty when the step returns logits
-        cudaCheck(cudaStreamEndCapture(stream_, &graph));
-        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
-        cudaCheck(cudaGraphDestroy(graph));
-        return exec;
     }
 
     // After the forward: logits_ [B, V] hold each sequence's last-token logits; next_ids_[b]
@@ -469,7 +386,6 @@ private:
     int max_batch_, chunk_ = 0, stride_ = 0;
     GpuWeights<T> w_;
     std::unique_ptr<Fp8Gemm> fp8_gemm_;   // FP8 only
-    size_t meta_ints_ = 0;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     Arena buffers_, kv_arena_;
@@ -482,12 +398,10 @@ private:
     int* targets_;
     float* logprobs_;
     int* next_ids_;
-    int* meta_base_;
-    StepMeta meta_;
+    StepMeta meta_;                       // the current call's tokens, in device memory
     char *attn_ws_, *cublas_ws_;
-    int* host_meta_ = nullptr;   // pinned mirror of the StepMeta block
     int* host_ids_ = nullptr;    // pinned: sampled ids coming back
-    std::vector<Graph> graphs_;
+    DecodeGraphs graphs_;
 };
 
 }  // namespace

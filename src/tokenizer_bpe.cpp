@@ -1,18 +1,7 @@
 // tokenizer_bpe.cpp: byte-level BPE from a tokenizer.json, as Hugging Face `tokenizers` runs it
-// (pipeline in tokenizer_bpe.h).
-//
-// Byte-level alphabet: GPT-2 writes every byte as one visible character (printable bytes stand
-// for themselves, the 68 others are shifted to U+0100..U+0143), so vocabulary strings and merges
-// are read back into raw bytes once at load and BPE runs on the bytes of the text directly.
-//
-// Pre-tokenizer regexes (Oniguruma in `tokenizers`), matched here by hand on characters
-// classified with utf8proc (\p{L}: categories L*, \p{N}: N*, \s: the Unicode White_Space set):
-//   GPT-2:  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//   cl100k: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
-//           | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-// Like the regex engine, a matcher tries the alternatives in order at the current character
-// and takes the first that matches; every character starts some alternative, so the matches
-// tile the text.
+// (pipeline in tokenizer_bpe.h): reading the file, the merges, encode and decode. What happens to
+// the text before the merges (the byte-level alphabet, NFC, added tokens, the pre-tokenizer
+// regexes) is in pretokenizer.h.
 //
 // BPE merges (the order `tokenizers` uses): start from one symbol per byte; every adjacent pair
 // that has a merge goes into a min-heap keyed by (rank, position); pop the best pair, skip it if
@@ -20,196 +9,17 @@
 // neighbours. Results are cached per distinct pre-token for the duration of one encode() call.
 #include "tokenizer_bpe.h"
 
-#include <utf8proc.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "pretokenizer.h"
 
 namespace olmo {
 
-namespace {
-
-using json = nlohmann::json;
-
-const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-const char* kCl100kRegex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
 // ---------------------------------------------------------------------------------------------
-// Byte-level alphabet
-
-// The byte that byte-level character `c` stands for, or -1 when `c` is not in the alphabet.
-int byte_of_char(int32_t c) {
-    static const std::array<int, 324> table = [] {
-        std::array<int, 324> t;
-        t.fill(-1);
-        int shifted = 0;
-        for (int b = 0; b < 256; b++) {
-            bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-            t[printable ? b : 256 + shifted++] = b;
-        }
-        return t;
-    }();
-    return c >= 0 && c < (int32_t)table.size() ? table[c] : -1;
-}
-
-// The bytes a vocabulary string stands for; false when one of its characters is outside the
-// byte-level alphabet (then `tokenizers` decodes the string as its own UTF-8).
-bool byte_level_to_bytes(const std::string& s, std::string* out) {
-    out->clear();
-    for (size_t i = 0; i < s.size();) {
-        int32_t c;
-        utf8proc_ssize_t len = utf8proc_iterate((const utf8proc_uint8_t*)s.data() + i, s.size() - i, &c);
-        if (len < 0 || byte_of_char(c) < 0) return false;
-        out->push_back((char)byte_of_char(c));
-        i += len;
-    }
-    return true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Character classes and the two pre-tokenizer matchers
-
-// Every character has exactly one of the first four bits; \r and \n also have kNewline.
-enum : uint8_t { kLetter = 1, kNumber = 2, kSpace = 4, kOther = 8, kNewline = 16 };
-
-uint8_t char_class(int32_t c) {
-    if (c < 128) {
-        if ((c | 32) >= 'a' && (c | 32) <= 'z') return kLetter;
-        if (c >= '0' && c <= '9') return kNumber;
-        if (c == '\n' || c == '\r') return kSpace | kNewline;
-        return c == ' ' || (c >= '\t' && c <= '\r') ? kSpace : kOther;
-    }
-    switch (utf8proc_category(c)) {
-        case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-        case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: return kLetter;
-        case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: return kNumber;
-        default: break;
-    }
-    bool white = c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
-                 c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-    return white ? kSpace : kOther;
-}
-
-// A text cut into characters: the class and first byte offset of each (off[n] = text size).
-struct Chars {
-    std::string_view text;
-    std::vector<uint8_t> cls;
-    std::vector<uint32_t> off;
-    size_t n = 0;
-
-    void assign(std::string_view t) {
-        text = t;
-        cls.clear();
-        off.clear();
-        for (size_t i = 0; i < t.size();) {
-            int32_t c = (unsigned char)t[i];
-            utf8proc_ssize_t len = 1;
-            if (c >= 0x80) {
-                len = utf8proc_iterate((const utf8proc_uint8_t*)t.data() + i, t.size() - i, &c);
-                if (len < 0) fail("tokenizer: the text to encode is not valid UTF-8");
-            }
-            cls.push_back(char_class(c));
-            off.push_back((uint32_t)i);
-            i += len;
-        }
-        n = cls.size();
-        off.push_back((uint32_t)t.size());
-    }
-    bool is(size_t i, char ascii) const { return i < n && text[off[i]] == ascii; }
-    bool is_long_s(size_t i) const { return i < n && text.substr(off[i], off[i + 1] - off[i]) == "\xC5\xBF"; }
-    // End of the run of characters from i that have a bit of `mask`.
-    size_t run(size_t i, uint8_t mask) const {
-        while (i < n && (cls[i] & mask)) i++;
-        return i;
-    }
-};
-
-// Length of a contraction 's 't 're 've 'm 'll 'd at character i, or 0. With `ignore_case`
-// (cl100k's (?i:...)) upper case matches too, and so does U+017F 'ſ', whose case fold is 's'
-// (no dolma2 token contains 'ſ', so the ids come out the same either way).
-size_t contraction(const Chars& c, size_t i, bool ignore_case) {
-    if (!c.is(i, '\'')) return 0;
-    auto letter = [&](size_t k, char l) {
-        return c.is(k, l) || (ignore_case && (c.is(k, (char)(l - 32)) || (l == 's' && c.is_long_s(k))));
-    };
-    if (letter(i + 1, 's') || letter(i + 1, 't') || letter(i + 1, 'm') || letter(i + 1, 'd')) return 2;
-    if ((letter(i + 1, 'r') || letter(i + 1, 'v')) && letter(i + 2, 'e')) return 3;
-    if (letter(i + 1, 'l') && letter(i + 2, 'l')) return 3;
-    return 0;
-}
-
-// \s+(?!\S)|\s+ at a whitespace character: a run followed by a non-space gives its last
-// character to the next pre-token, unless the run is that one character.
-size_t match_spaces(const Chars& c, size_t i) {
-    size_t end = c.run(i, kSpace);
-    return end < c.n && end - i > 1 ? end - 1 : end;
-}
-
-// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-size_t match_gpt2(const Chars& c, size_t i) {
-    if (size_t len = contraction(c, i, false)) return i + len;
-    size_t j = c.is(i, ' ') && i + 1 < c.n ? i + 1 : i;  // after the optional leading space
-    for (uint8_t cls : {kLetter, kNumber, kOther})
-        if (c.cls[j] & cls) return c.run(j, cls);
-    return match_spaces(c, i);
-}
-
-// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*
-// |\s*[\r\n]+|\s+(?!\S)|\s+
-size_t match_cl100k(const Chars& c, size_t i) {
-    if (size_t len = contraction(c, i, true)) return i + len;
-    uint8_t ci = c.cls[i];
-    if (ci & kLetter) return c.run(i, kLetter);
-    if (!(ci & (kNewline | kNumber)) && i + 1 < c.n && (c.cls[i + 1] & kLetter)) return c.run(i + 1, kLetter);
-    if (ci & kNumber) return std::min(c.run(i, kNumber), i + 3);
-    size_t j = c.is(i, ' ') && i + 1 < c.n ? i + 1 : i;
-    if (c.cls[j] & kOther) return c.run(c.run(j, kOther), kNewline);
-    // \s*[\r\n]+: the whitespace run up to and including its last \r or \n
-    for (size_t end = c.run(i, kSpace); end > i; end--)
-        if (c.cls[end - 1] & kNewline) return end;
-    return match_spaces(c, i);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Normalization and added tokens
-
-// NFC of `text`, in `buf` unless the text is ASCII (which NFC leaves unchanged).
-std::string_view nfc(std::string_view text, std::string& buf) {
-    if (std::all_of(text.begin(), text.end(), [](char ch) { return (unsigned char)ch < 0x80; })) return text;
-    utf8proc_uint8_t* out = nullptr;
-    utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t*)text.data(), (utf8proc_ssize_t)text.size(), &out,
-                                        (utf8proc_option_t)(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-    if (len < 0) fail(std::string("tokenizer: NFC of the text to encode failed: ") + utf8proc_errmsg(len));
-    buf.assign((const char*)out, len);
-    std::free(out);
-    return buf;
-}
-
-// Cuts the added tokens of `trie` out of `text`, leftmost-longest: their ids go to `ids`, and
-// the text between them (when not empty) to on_text, in order.
-template <class Trie, class OnText>
-void split_added(const Trie& trie, std::string_view text, std::vector<int>& ids, OnText on_text) {
-    size_t start = 0;
-    for (size_t pos = 0; pos < text.size();) {
-        int id;
-        size_t len = trie.longest(text, pos, &id);
-        if (len == 0) {
-            pos++;
-            continue;
-        }
-        if (pos > start) on_text(text.substr(start, pos - start));
-        ids.push_back(id);
-        start = pos += len;
-    }
-    if (start < text.size()) on_text(text.substr(start));
-}
-
-}  // namespace
+// Added tokens: the trie that pretok::split_added matches them with
 
 int BpeTokenizer::AddedTrie::child(int node, unsigned char b) const {
     if (node == 0) return root[b];
@@ -247,6 +57,8 @@ size_t BpeTokenizer::AddedTrie::longest(std::string_view s, size_t pos, int* id)
 // Loading
 
 namespace {
+
+using json = nlohmann::json;
 
 std::string type_of(const json& p) { return p.is_object() ? p.value("type", "") : ""; }
 
@@ -333,8 +145,8 @@ void BpeTokenizer::read_pipeline(const Reader& r) {
         const std::string regex = p["pattern"].value("Regex", ""), behavior = p.value("behavior", "");
         bool keeps_matches = (behavior == "Removed" && p.value("invert", false)) ||
                              (behavior == "Isolated" && !p.value("invert", false));
-        cl100k_ = regex == kCl100kRegex;
-        return keeps_matches && (cl100k_ || regex == kGpt2Regex);
+        cl100k_ = regex == pretok::kCl100kRegex;
+        return keeps_matches && (cl100k_ || regex == pretok::kGpt2Regex);
     };
     const json& seq = type_of(pre) == "Sequence" ? r.member(pre, "pretokenizers", "pre_tokenizer") : null;
     if (!byte_level(pre, true) && !(seq.size() == 2 && split(seq[0]) && byte_level(seq[1], false)))
@@ -354,7 +166,7 @@ void BpeTokenizer::set_decoding(int id, const std::string& token) {
         special_.resize(id + 1, 0);
     }
     std::string bytes;
-    id_bytes_[id] = byte_level_to_bytes(token, &bytes) ? bytes : token;
+    id_bytes_[id] = pretok::byte_level_to_bytes(token, &bytes) ? bytes : token;
 }
 
 // model.vocab: what each id decodes to, the id of each single byte; returns bytes -> id.
@@ -367,7 +179,7 @@ std::unordered_map<std::string, int> BpeTokenizer::read_vocab(const Reader& r) {
     for (const auto& [token, id] : vocab.items()) {
         const int checked = json_int(id, 0, kMaxVocabSize - 1, r.path + ": id of token \"" + token + "\"");
         set_decoding(checked, token);
-        if (byte_level_to_bytes(token, &bytes)) bytes_to_id.emplace(bytes, checked);
+        if (pretok::byte_level_to_bytes(token, &bytes)) bytes_to_id.emplace(bytes, checked);
     }
     for (int b = 0; b < 256; b++) {  // (the bytes missing from OLMo-1's vocab never occur in UTF-8)
         auto it = bytes_to_id.find(std::string(1, (char)b));
@@ -399,7 +211,7 @@ void BpeTokenizer::read_merges(const Reader& r, const std::unordered_map<std::st
             r.bad("merge " + std::to_string(rank) + " " + json_excerpt(m) + " is not \"left right\" or [left, right]");
         }
         auto lid = bytes_to_id.end(), rid = lid, merged = lid;
-        if (byte_level_to_bytes(left, &lb) && byte_level_to_bytes(right, &rb)) {
+        if (pretok::byte_level_to_bytes(left, &lb) && pretok::byte_level_to_bytes(right, &rb)) {
             lid = bytes_to_id.find(lb);
             rid = bytes_to_id.find(rb);
             merged = bytes_to_id.find(lb + rb);
@@ -423,7 +235,7 @@ void BpeTokenizer::read_added(const Reader& r) {
         set_decoding(id, content);
         special_[id] = special;
         std::string buf;
-        if (normalized) normalized_added_.add(std::string(nfc_ ? nfc(content, buf) : content), id);
+        if (normalized) normalized_added_.add(std::string(nfc_ ? pretok::nfc(content, buf) : content), id);
         else raw_added_.add(content, id);
     }
 }
@@ -433,7 +245,7 @@ void BpeTokenizer::read_added(const Reader& r) {
 
 struct BpeTokenizer::Scratch {
     std::string normalized;                       // NFC of the current piece
-    Chars chars;                                  // the current text, cut into characters
+    pretok::Chars chars;                          // the current text, cut into characters
     struct Symbol { int id, prev, next; };        // id -1: merged into its left neighbour
     std::vector<Symbol> sym;
     std::vector<std::pair<int, int>> heap;        // (rank, position of the left symbol)
@@ -444,22 +256,23 @@ struct BpeTokenizer::Scratch {
 std::vector<int> BpeTokenizer::encode(const std::string& text) const {
     std::vector<int> ids;
     Scratch s;
-    split_added(raw_added_, text, ids, [&](std::string_view piece) { encode_piece(piece, ids, s); });
+    pretok::split_added(raw_added_, text, ids, [&](std::string_view piece) { encode_piece(piece, ids, s); });
     return ids;
 }
 
 // A piece of the raw text between added tokens: normalize it, then cut out the added tokens
 // that match the normalized text.
 void BpeTokenizer::encode_piece(std::string_view raw, std::vector<int>& ids, Scratch& s) const {
-    std::string_view text = nfc_ ? nfc(raw, s.normalized) : raw;
-    split_added(normalized_added_, text, ids, [&](std::string_view piece) { encode_pretokens(piece, ids, s); });
+    std::string_view text = nfc_ ? pretok::nfc(raw, s.normalized) : raw;
+    pretok::split_added(normalized_added_, text, ids,
+                        [&](std::string_view piece) { encode_pretokens(piece, ids, s); });
 }
 
 void BpeTokenizer::encode_pretokens(std::string_view text, std::vector<int>& ids, Scratch& s) const {
-    Chars& c = s.chars;
+    pretok::Chars& c = s.chars;
     c.assign(text);
     for (size_t i = 0; i < c.n;) {
-        size_t end = cl100k_ ? match_cl100k(c, i) : match_gpt2(c, i);
+        size_t end = cl100k_ ? pretok::match_cl100k(c, i) : pretok::match_gpt2(c, i);
         bpe(text.substr(c.off[i], c.off[end] - c.off[i]), ids, s);
         i = end;
     }

@@ -6,7 +6,7 @@
 //   2. every other piece is normalized (NFC for OLMo-1, nothing for dolma2) and the added tokens
 //      with "normalized": true (OLMo-1's runs of 2-24 spaces) are cut out of it the same way;
 //   3. what is left is split into pre-tokens by a hand-written matcher of the GPT-2 or the
-//      cl100k regex (no regex engine);
+//      cl100k regex (no regex engine; steps 1-3 are in pretokenizer.h);
 //   4. each pre-token's bytes are merged by BPE rank into ids (cached per distinct pre-token).
 // decode(ids): concatenates each id's bytes (the byte-level alphabet mapped back to bytes);
 // special added tokens are dropped when skip_special is set.

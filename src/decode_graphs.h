@@ -1,0 +1,44 @@
+// decode_graphs.h: the CUDA engine's decode steps as CUDA graphs (cuda_engine.cu). A decode
+// step's launches are captured once as a graph and replayed with one launch. Its inputs live in
+// device memory (step_meta.h), refreshed before each replay, but the sampling settings are
+// kernel arguments, baked into the graph: so there is one graph per (batch size, sampling
+// settings). The cache keeps the kMaxGraphs most recently used graphs (a long batched run
+// shrinks its batch step by step; settings change between requests) and destroys the rest.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "sampler.h"
+
+namespace olmo {
+
+class DecodeGraphs {
+public:
+    static constexpr size_t kMaxGraphs = 16;
+
+    DecodeGraphs() = default;
+    ~DecodeGraphs();
+    DecodeGraphs(const DecodeGraphs&) = delete;
+    DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+
+    // Launches on `stream` the graph of a step over `batch` sequences drawing with `sampling`
+    // (empty: logits only). A graph not in the cache is first captured from the launches
+    // `record` makes on the stream.
+    void launch(int batch, const std::vector<SamplingParams>& sampling, cudaStream_t stream,
+                const std::function<void()>& record);
+
+private:
+    struct Graph {
+        int batch;
+        std::vector<SamplingParams> sampling;   // empty: logits only
+        cudaGraphExec_t exec;
+    };
+    static cudaGraphExec_t capture(cudaStream_t stream, const std::function<void()>& record);
+
+    std::vector<Graph> graphs_;   // most recently used first
+};
+
+}  // namespace olmo

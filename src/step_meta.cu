@@ -1,0 +1,59 @@
+// step_meta.cu: the CUDA engine's step metadata, laid out and uploaded (see step_meta.h).
+#include "step_meta.h"
+
+#include <algorithm>
+
+#include "cuda_common.cuh"
+
+namespace olmo {
+
+void StepMeta::reserve(int max_rows, int max_batch, int stride) {
+    stride_ = stride;
+    // rows: ids, pos, 2 x rows; per sequence: step (2 ints), pos0, 2 x table (layout)
+    ints_ = 4 * (size_t)max_rows + (size_t)max_batch * (3 + 2 * stride_);
+    cudaCheck(cudaMallocHost(&host_, sizeof(int) * ints_));
+}
+
+StepMeta::~StepMeta() { cudaFreeHost(host_); }
+
+// Places the arrays for n rows and B sequences back to back in the device block. The layout
+// depends only on (n, B), so a graph captured for a batch size stays valid.
+size_t StepMeta::layout(int n, int B) {
+    int* m = base_;
+    step = reinterpret_cast<uint64_t*>(m), m += 2 * B;   // at the 256-aligned start
+    ids = m, m += n;
+    pos = m, m += n;
+    rows[0] = m, m += n;
+    rows[1] = m, m += n;
+    pos0 = m, m += B;
+    tables[0] = m, m += (size_t)B * stride_;
+    tables[1] = m, m += (size_t)B * stride_;
+    return m - base_;
+}
+
+void StepMeta::upload(const KvCache& kv, const std::vector<int>& token_ids, const std::vector<int>& positions,
+                      const std::vector<int>& seqs, const std::vector<uint64_t>& steps, cudaStream_t stream) {
+    const int n = (int)token_ids.size(), B = (int)seqs.size();
+    cudaCheck(cudaStreamSynchronize(stream));   // the previous copy from host_ is done
+    const size_t used = layout(n, B);
+    int* h = host_;
+    auto at = [&](int* dev) { return h + (dev - base_); };
+    std::copy(token_ids.begin(), token_ids.end(), at(ids));
+    std::copy(positions.begin(), positions.end(), at(pos));
+    for (int k = 0; k < 2; k++) {
+        if (kv.total_blocks(k) == 0) continue;
+        for (int r = 0; r < n; r++) at(rows[k])[r] = kv.row(seqs[B == 1 ? 0 : r], k, positions[r]);
+        for (int b = 0; b < B; b++) {
+            const std::vector<int>& t = kv.table(seqs[b], k);
+            int* dst = at(tables[k]) + (size_t)b * stride_;
+            std::copy(t.begin(), t.end(), dst);
+            std::fill(dst + t.size(), dst + stride_, -1);
+        }
+    }
+    for (int b = 0; b < B; b++) at(pos0)[b] = positions[B == 1 ? 0 : b];
+    uint64_t* host_step = reinterpret_cast<uint64_t*>(at(reinterpret_cast<int*>(step)));
+    for (int b = 0; b < B; b++) host_step[b] = b < (int)steps.size() ? steps[b] : 0;
+    cudaCheck(cudaMemcpyAsync(base_, h, sizeof(int) * used, cudaMemcpyHostToDevice, stream));
+}
+
+}  // namespace olmo
