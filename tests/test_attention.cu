@@ -433,8 +433,8 @@ const std::vector<Case> kHopperCases = {
 
 template <typename T>
 class AttentionHopper : public ::testing::Test {};
-using HopperTypes = ::testing::Types<__half, __nv_bfloat16>;
-TYPED_TEST_SUITE(AttentionHopper, HopperTypes);
+using HalfTypes = ::testing::Types<__half, __nv_bfloat16>;   // the 16-bit storage types
+TYPED_TEST_SUITE(AttentionHopper, HalfTypes);
 
 TYPED_TEST(AttentionHopper, MatchesCpuAndMmaSync) {
     SKIP_WITHOUT_GPU();
@@ -505,7 +505,6 @@ TEST(AttentionGraph, BatchedDecodeReplaysWithNewPositionsAndTables) {
 
 template <typename T>
 class AttentionPortable : public ::testing::Test {};
-using HalfTypes = ::testing::Types<__half, __nv_bfloat16>;
 TYPED_TEST_SUITE(AttentionPortable, HalfTypes);
 
 TYPED_TEST(AttentionPortable, MatchesCpu) {
