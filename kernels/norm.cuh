@@ -41,6 +41,11 @@ template <int N, typename X, typename F> __device__ float row_sum(const X* row, 
     return block_reduce(s, SumOp{});
 }
 
+// 1 / sqrt(mean(x²) + eps) over one row of H elements: the RMSNorm factor. All threads get it.
+template <int N, typename X> __device__ float rms_rstd(const X* row, int H, float eps) {
+    return 1.0f / sqrtf(row_sum<N>(row, H, [](float v) { return v * v; }) / H + eps);
+}
+
 // out_row (T) = (x_row - mean) * rstd over one row; x_row may be fp32 (the residual stream).
 template <int N, typename T, typename X> __device__ void layernorm_row(T* out_row, const X* x_row, int H, float eps) {
     const float mean = row_sum<N>(x_row, H, [](float v) { return v; }) / H;
@@ -81,7 +86,7 @@ __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld
     allow_dependent_launch();   // see the file comment
     const X* x_row = x + blockIdx.x * ld_in;
     O* out_row = out + blockIdx.x * ld_out;
-    const float rstd = 1.0f / sqrtf(row_sum<N>(x_row, H, [](float v) { return v * v; }) / H + eps);
+    const float rstd = rms_rstd<N>(x_row, H, eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
         const Pack<X, N> in = reinterpret_cast<const Pack<X, N>*>(x_row)[i];
         const Pack<T, N> wp = reinterpret_cast<const Pack<T, N>*>(w)[i];
@@ -99,7 +104,7 @@ __global__ void add_rmsnorm_kernel(float* x, const Y* y, const T* w, T* xb, int 
     using P = Pack<T, N>;
     float* x_row = x + (int64_t)blockIdx.x * H;
     const Y* y_row = y + (int64_t)blockIdx.x * H;
-    const float rstd = 1.0f / sqrtf(row_sum<N>(y_row, H, [](float v) { return v * v; }) / H + eps);
+    const float rstd = rms_rstd<N>(y_row, H, eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
         PX a = reinterpret_cast<PX*>(x_row)[i];
         const Pack<Y, N> b = reinterpret_cast<const Pack<Y, N>*>(y_row)[i];

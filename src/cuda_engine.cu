@@ -318,16 +318,14 @@ private:
             // --- attention half ---
             linear(qkv_, xn_, W.wqkv, n);                                        // [n, Q+2KV]
             if (olmo1 && c_.clip_qkv > 0) clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
-            if (!olmo1) {                                                        // full-width QK-norm, in place
-                rmsnorm(qkv_, qkv_, W.q_norm, n, Q, QKV, QKV, eps, stream_);
-                rmsnorm(qkv_ + Q, qkv_ + Q, W.k_norm, n, KV, QKV, QKV, eps, stream_);
-            }
+            RopeParams<T, float> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
+                                    L.inv_freq, L.rope_scale};
+            if (!olmo1) rp.q_norm = W.q_norm, rp.k_norm = W.k_norm, rp.eps = eps;   // full-width QK-norm
+            if (hook) rp.normed = qkv_;                                          // (the hook reads it there)
+            rope_qkv(rp, stream_);                                               // q -> q_, k/v -> pool rows
             emit(name + "q", qkv_, n, Q, QKV);
             emit(name + "k", qkv_ + Q, n, KV, QKV);
             emit(name + "v", qkv_ + Q + KV, n, KV, QKV);
-            RopeParams<T, float> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
-                                    L.inv_freq, L.rope_scale};
-            rope_qkv(rp, stream_);                                               // q -> q_, k/v -> pool rows
             emit(name + "q_rope", q_, n, Q, Q);
             emit_cache(name + "k_rope", L, n);
             AttnParams<T> ap{};

@@ -256,20 +256,26 @@ TYPED_TEST(Kernels, NormsOfFp32Input) {
 
 // ---- rope ----
 
-// qkv (the GEMM output) is T, or fp32 as in the engine; q and the K/V cache rows are T.
+// qkv (the GEMM output) is T, or fp32 as in the engine; q and the K/V cache rows are T. With
+// norm, the OLMo-2/3 QK-norm comes first (each token's whole q and whole k RMS-normalized), and
+// the normalized q|k is also written back into qkv (the engine's hooks read it there).
 TYPED_TEST(Kernels, RopeQKV) {
     using T = TypeParam;
     for_each_input_type<T>([&](auto x) {
         using X = decltype(x);   // qkv's type
-        struct Case { int rows, nH, nKV, hd, pos0; double theta; float attn_factor; };
+        struct Case { int rows, nH, nKV, hd, pos0; double theta; float attn_factor; bool norm; };
         const float yarn = 1.2079441541679836f;
-        for (const Case c : {Case{1, 8, 8, 64, 0, 1e4, 1.0f}, Case{1, 32, 8, 128, 40000, 5e5, yarn},
-                             Case{7, 16, 4, 128, 5, 5e5, 1.0f}, Case{33, 8, 1, 64, 40000, 1e4, 1.0f},
-                             Case{5, 4, 2, 128, 65530, 5e5, yarn}}) {
+        for (const Case c : {Case{1, 8, 8, 64, 0, 1e4, 1.0f, false}, Case{1, 32, 8, 128, 40000, 5e5, yarn, true},
+                             Case{7, 16, 4, 128, 5, 5e5, 1.0f, true}, Case{33, 8, 1, 64, 40000, 1e4, 1.0f, false},
+                             Case{5, 4, 2, 128, 65530, 5e5, yarn, false}, Case{3, 5, 1, 72, 17, 1e4, 1.0f, true},
+                             Case{2, 6, 3, 256, 9, 5e5, 1.0f, true}, Case{4, 2, 2, 8, 1, 1e4, 1.0f, true},
+                             Case{130, 4, 2, 64, 3, 1e4, 1.0f, true}}) {
             const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV, pool_rows = 3 * c.rows + 2;
             std::vector<float> inv_freq(c.hd / 2);
             for (int d = 0; d < c.hd / 2; d++) inv_freq[d] = (float)(1.0 / std::pow(c.theta, 2.0 * d / c.hd));
             const std::vector<float> qkv = rounded<X>(randn((size_t)c.rows * QKV, this->rng, 0.0f, 2.0f));
+            const std::vector<float> q_w = rounded<T>(randn(Q, this->rng, 1.0f, 0.3f));
+            const std::vector<float> k_w = rounded<T>(randn(KV, this->rng, 1.0f, 0.3f));
             // Token r has position pos0 + r and goes to a scattered pool row (a paged cache).
             std::vector<int> pos(c.rows), rows(pool_rows);
             for (int r = 0; r < c.rows; r++) pos[r] = c.pos0 + r;
@@ -278,18 +284,37 @@ TYPED_TEST(Kernels, RopeQKV) {
             rows.resize(c.rows);
             DeviceArray<X> d_qkv(to_dtype<X>(qkv));
             DeviceArray<T> d_q((size_t)c.rows * Q), d_k((size_t)pool_rows * KV), d_v((size_t)pool_rows * KV);
+            DeviceArray<T> d_qw(to_dtype<T>(q_w)), d_kw(to_dtype<T>(k_w));
             DeviceArray<float> d_inv(inv_freq);
             DeviceArray<int> d_pos(pos), d_rows(rows);
-            rope_qkv(RopeParams<T, X>{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), d_rows.get(),
-                                      c.nH, c.nKV, c.hd, d_inv.get(), c.attn_factor},
-                     0);
+            RopeParams<T, X> p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), d_rows.get(),
+                               c.nH, c.nKV, c.hd, d_inv.get(), c.attn_factor};
+            if (c.norm) p.q_norm = d_qw.get(), p.k_norm = d_kw.get(), p.eps = 1e-6f;
+            if (c.norm) p.normed = d_qkv.get();   // in place, as the engine does
+            rope_qkv(p, 0);
 
-            std::vector<float> q, k, v;  // the CPU reference: split, then rotate q and k in place
+            std::vector<float> q, k, v;  // the CPU reference: split, QK-norm, then rotate q and k in place
             for (int r = 0; r < c.rows; r++) {
                 const float* row = qkv.data() + (size_t)r * QKV;
                 q.insert(q.end(), row, row + Q);
                 k.insert(k.end(), row + Q, row + Q + KV);
                 v.insert(v.end(), row + Q + KV, row + QKV);
+            }
+            if (c.norm) {
+                cpu::rmsnorm(q.data(), q.data(), q_w.data(), c.rows, Q, 1e-6f);
+                cpu::rmsnorm(k.data(), k.data(), k_w.data(), c.rows, KV, 1e-6f);
+            }
+            const std::string shape = fmt("%s qkv rows=%d nH=%d nKV=%d hd=%d pos0=%d af=%.3f norm=%d", dtype_name<X>(),
+                                          c.rows, c.nH, c.nKV, c.hd, c.pos0, c.attn_factor, (int)c.norm);
+            if (c.norm) {   // qkv now holds the normalized q|k (before the rotation) and v as it was
+                std::vector<float> want;
+                for (int r = 0; r < c.rows; r++) {
+                    want.insert(want.end(), q.begin() + (size_t)r * Q, q.begin() + (size_t)(r + 1) * Q);
+                    want.insert(want.end(), k.begin() + (size_t)r * KV, k.begin() + (size_t)(r + 1) * KV);
+                    want.insert(want.end(), v.begin() + (size_t)r * KV, v.begin() + (size_t)(r + 1) * KV);
+                }
+                expect_close(download_f32(d_qkv), rounded<X>(want), std::is_same_v<X, float> ? kFp32Tol : this->tol,
+                             this->name("qk-norm " + shape));
             }
             cpu::rope(q.data(), c.rows, c.nH, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
             cpu::rope(k.data(), c.rows, c.nKV, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
@@ -305,8 +330,6 @@ TYPED_TEST(Kernels, RopeQKV) {
             size_t touched_elsewhere = 0;  // pool rows nobody writes must stay NaN
             for (size_t i = 0; i < k_all.size(); i++)
                 if (!written[i / KV] && (!std::isnan(k_all[i]) || !std::isnan(v_all[i]))) touched_elsewhere++;
-            const std::string shape = fmt("%s qkv rows=%d nH=%d nKV=%d hd=%d pos0=%d af=%.3f", dtype_name<X>(), c.rows,
-                                          c.nH, c.nKV, c.hd, c.pos0, c.attn_factor);
             expect_close(download_f32(d_q), q, this->tol, this->name("rope q " + shape));
             expect_close(k_got, k, this->tol, this->name("rope k " + shape));
             expect_close(v_got, rounded<T>(v), kExact, this->name("rope v " + shape));   // v: one rounding into T
