@@ -19,12 +19,15 @@
 //              warp's 16 rows in the mma.sync layout); P packed to 16 bits as the A operand;
 //              O[64 x HD] += P·V_j as BN/16 wgmma with A from registers (once V_j has landed);
 //              then each warp arrives on the stage's "empty" barrier.
-// Two things overlap: the copy engine fills the next stages while the tensor cores work on this
+// Things overlap: the copy engine fills the next stages while the tensor cores work on this
 // one, and the two consumer warpgroups share each SM sub-partition's tensor core, so that while
-// one computes its softmax, the other's wgmma run. (FlashAttention-3 also overlaps a group's
-// own softmax with its P·V, issuing S_j+1 and P_j·V_j together, and makes the groups take turns
-// with named barriers. Both measured slower here, with ptxas 13.0 placing the wait for P·V
-// before the softmax: docs/attention_notes.md.)
+// one computes its softmax, the other's wgmma run. At HD 64 (Shape::PIPELINED) a group also
+// overlaps its own softmax with its P·V over the run of tiles no row sees in part: S_j+1 and
+// P_j·V_j are issued together, the softmax of j+1 runs while P_j·V_j does, o is rescaled just
+// before the next P·V and P is packed once P·V has read the old one (FlashAttention-3's
+// intra-warpgroup pipelining): +12-15% there. At HD 128 and 256 ptxas 13.0 places the wait for
+// P·V above the softmax anyway, and the extra waits only cost: those walk one tile at a time
+// (docs/attention_notes.md).
 //
 // Keys outside [lo, hi): a page wholly outside is copied from row -box (outside the tensor, so
 // TMA writes zeros and reads nothing): released pages (table entry -1) and pages past the last
@@ -56,6 +59,9 @@ namespace attn {
 template <int HD>
 struct HopperShape {
     static constexpr int BM = 128, BN = HD <= 128 ? 128 : 64, STAGES = HD == 64 ? 4 : 2;
+    // Whole tiles with the softmax overlapping P·V (hopper_consume): faster at HD 64, slower at
+    // 128 and 256, where ptxas waits for P·V before the softmax (docs/attention_notes.md).
+    static constexpr bool PIPELINED = HD == 64;
     static constexpr int THREADS = 3 * 128, CONSUMER_WARPS = 8;
     static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // 128·40 + 256·232 <= 65536
     using QTile = Panels<BM, HD>;
@@ -142,6 +148,10 @@ __device__ __forceinline__ void hopper_produce(const HopperArgs<T>& args, const 
 }
 
 // Consumer warp cw (0..7) of the two warpgroups: block rows 16cw .. 16cw+15, over every tile.
+// The tiles some row sees only in part (the diagonal; the window's start) take one step at a
+// time: S, mask, softmax, P·V. The others, a run of whole tiles in the middle, are pipelined:
+// S of tile j+1 and P·V of tile j are in flight together, and the softmax of j+1 runs while
+// P·V of j does.
 template <typename T, int HD>
 __device__ __forceinline__ void hopper_consume(const AttnParams<T>& p, const HopperSmem<HD>& sm, const PrefillBlock& blk,
                                                int cw, int lane) {
@@ -149,46 +159,93 @@ __device__ __forceinline__ void hopper_consume(const AttnParams<T>& p, const Hop
     constexpr int BN = Shape::BN, STAGES = Shape::STAGES, NT = BN / 8, DT = HD / 8;
     const int wg_row0 = cw / 4 * 64;
     auto row_pos = [&](int r) { return blk.pos0 + blk.map.token(cw * 16 + r); };
-    float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
+    float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {}, corr[1][2];
     float sc[1][NT][4];      // the tile's scores, then probabilities
     uint32_t pa[NT / 2][4];  // the probabilities as P·V's A operand
     const float c = p.scale * kLog2e;
     const int tile_lo = blk.keys.lo / BN, tile_hi = (blk.keys.hi - 1) / BN;
 
-    mbar_wait(sm.q_full(), 0);
-    for (int tile = tile_lo, it = 0; tile <= tile_hi; tile++, it++) {
-        const int s = it % STAGES, key0 = tile * BN;
-        const uint32_t phase = it / STAGES & 1;
-
-        // S = Q·K_tileᵀ: HD/16 wgmma, both operands from shared memory.
-        mbar_wait(sm.k_full(s), phase);
+    // The steps of tile number `it` (its stage and phase) of the block's walk.
+    auto issue_scores = [&](int it, float(&s)[1][NT][4]) {  // S = Q·K_tileᵀ: HD/16 wgmma, operands in shared memory
+        mbar_wait(sm.k_full(it % STAGES), it / STAGES & 1);
         wgmma_fence();
 #pragma unroll
-        for (int d = 0; d < HD; d += 16) wgmma_ss<T, BN>(sc[0], sm.q().kmajor(wg_row0, d), sm.k(s).kmajor(0, d), d > 0);
+        for (int d = 0; d < HD; d += 16)
+            wgmma_ss<T, BN>(s[0], sm.q().kmajor(wg_row0, d), sm.k(it % STAGES).kmajor(0, d), d > 0);
         wgmma_commit();
+    };
+    auto issue_pv = [&](int it, const uint32_t(&a)[NT / 2][4]) {  // O += P·V_tile: BN/16 wgmma, P from registers
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], a[kk], sm.v(it % STAGES).mnmajor(kk * 16), true);
+        wgmma_commit();
+    };
+    auto release = [&](int it) {  // this warp is done with the tile's stage
+        __syncwarp();
+        if (lane == 0) mbar_arrive(sm.empty(it % STAGES));
+    };
+    auto one_step = [&](int tile, int it) {
+        const int key0 = tile * BN;
+        issue_scores(it, sc);
         wgmma_wait<0>();
         wgmma_touch(sc[0]);
-
         if (blk.partial(key0, BN, p.window)) mask_scores<1, NT>(sc, row_pos, key0, p.window, lane);
         online_softmax<1, NT, DT>(sc, m, l, o, c);
         pack_probabilities<T, NT>(pa, sc[0]);
-
-        // O += P·V_tile: BN/16 wgmma, P from registers.
-        mbar_wait(sm.v_full(s), phase);
+        mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
         if (blk.keys.hi - key0 < BN) {  // the last tile ends inside a page: rows past hi - 1 may be NaN
-            zero_rows_from(sm.v(s), blk.keys.hi - key0, cw * 32 + lane, 256);
+            zero_rows_from(sm.v(it % STAGES), blk.keys.hi - key0, cw * 32 + lane, 256);
             fence_proxy_async();
             named_barrier_sync(1, 256);
         }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], pa[kk], sm.v(s).mnmajor(kk * 16), true);
-        wgmma_commit();
+        issue_pv(it, pa);
         wgmma_wait<0>();
         wgmma_touch(o[0]);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(sm.empty(s));
+        release(it);
+    };
+
+    mbar_wait(sm.q_full(), 0);
+    int it = 0, tile = tile_lo;
+    if constexpr (Shape::PIPELINED) {
+        int full_lo = tile_lo, full_hi;  // the whole tiles: full_lo .. full_hi (none if full_hi < full_lo)
+        while (full_lo <= tile_hi && blk.partial(full_lo * BN, BN, p.window)) full_lo++;
+        for (full_hi = full_lo - 1; full_hi < tile_hi && !blk.partial((full_hi + 1) * BN, BN, p.window);) full_hi++;
+        for (; tile < full_lo && tile <= tile_hi; tile++) one_step(tile, it++);
+        if (full_lo <= full_hi) {  // whole tiles: no mask, and no V row past keys.hi to zero
+            // While P·V of tile `it` runs, the softmax of the next tile touches only its own scores
+            // and m, l, corr: o is rescaled by corr just before the next P·V is issued, and the
+            // next P is packed into pa once P·V is done reading it (after FlashAttention-3).
+            bool rescale = false;  // corr holds a factor o still needs
+            issue_scores(it, sc);
+            wgmma_wait<0>();
+            wgmma_touch(sc[0]);
+            online_softmax<1, NT, DT>(sc, m, l, o, c);
+            pack_probabilities<T, NT>(pa, sc[0]);
+            for (int t = full_lo + 1; t <= full_hi; t++, it++) {
+                float s_next[1][NT][4];
+                issue_scores(it + 1, s_next);
+                if (rescale) rescale_o<1, DT>(o, corr);
+                mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
+                issue_pv(it, pa);
+                wgmma_wait<1>();  // the scores (P·V may still run)
+                wgmma_touch(s_next[0]);
+                rescale = !softmax_scores<1, NT>(s_next, m, l, corr, c);
+                wgmma_wait<0>();
+                wgmma_touch(o[0]);
+                wgmma_touch(pa);
+                release(it);
+                pack_probabilities<T, NT>(pa, s_next[0]);
+            }
+            if (rescale) rescale_o<1, DT>(o, corr);
+            mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
+            issue_pv(it, pa);
+            wgmma_wait<0>();
+            wgmma_touch(o[0]);
+            release(it++);
+            tile = full_hi + 1;
+        }
     }
+    for (; tile <= tile_hi; tile++) one_step(tile, it++);
     store_rows<T, 1, DT>(p, blk.map, o, l, cw * 16, lane);
 }
 

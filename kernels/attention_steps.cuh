@@ -8,7 +8,8 @@
 // keys. Accumulator fragments give each lane rows lane/4 and lane/4+8 of an m-tile (index
 // `half` 0/1 below), two columns each; the 4 lanes of a row hold its other columns.
 // defines: attn::kLog2e, attn::quad_sum, attn::warp_scores, attn::QFromSmem, attn::QInRegisters,
-//          attn::mask_scores, attn::online_softmax, attn::pack_probabilities, attn::warp_pv
+//          attn::mask_scores, attn::softmax_scores, attn::rescale_o, attn::online_softmax,
+//          attn::pack_probabilities, attn::warp_pv
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -119,10 +120,14 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], RowPos row_po
 // A row that has seen only masked (-inf) keys keeps m = -inf and uses 0 as its reference, so
 // no (-inf) - (-inf) = NaN appears; its p and l stay 0. Once the maxima settle, most tiles
 // change no row's max: the warp then skips the rescale of o (exact: the factor would be 1).
-template <int MT, int NT, int DT>
-__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
-                                               float (&o)[MT][DT][4], float c) {
-    float corr[MT][2];
+// softmax_scores does the first three lines, rescale_o the last, online_softmax both (the
+// Hopper kernel runs them apart, with a P·V in flight in between).
+//
+// The first three lines: m, l and P (in s), and each row's factor corr = 2^(c·(m - m')) for o.
+// Returns whether every row of the warp kept its max (then corr is 1 throughout).
+template <int MT, int NT>
+__device__ __forceinline__ bool softmax_scores(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&corr)[MT][2], float c) {
     bool same = true;  // no max of this lane's rows changed
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -147,7 +152,12 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)
                 }
             l[mt][half] = l[mt][half] * corr[mt][half] + sum;
         }
-    if (__all_sync(0xffffffffu, same)) return;
+    return __all_sync(0xffffffffu, same);
+}
+
+// The last line: o' = o·corr, row by row.
+template <int MT, int DT>
+__device__ __forceinline__ void rescale_o(float (&o)[MT][DT][4], const float (&corr)[MT][2]) {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -155,6 +165,14 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)
 #pragma unroll
             for (int i = 0; i < 4; i++) o[mt][d][i] *= corr[mt][i >> 1];
 }
+
+template <int MT, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&o)[MT][DT][4], float c) {
+    float corr[MT][2];
+    if (!softmax_scores<MT, NT>(s, m, l, corr, c)) rescale_o<MT, DT>(o, corr);
+}
+
 // The probabilities' accumulator fragments of n-tiles 2kk, 2kk+1 are exactly the A fragment of
 // a 16-key slice once packed to 16 bits.
 template <typename T, int NT>
