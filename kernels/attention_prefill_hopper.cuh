@@ -23,11 +23,10 @@
 // one, and the two consumer warpgroups share each SM sub-partition's tensor core, so that while
 // one computes its softmax, the other's wgmma run. At HD 64 (Shape::PIPELINED) a group also
 // overlaps its own softmax with its P·V over the run of tiles no row sees in part: S_j+1 and
-// P_j·V_j are issued together, the softmax of j+1 runs while P_j·V_j does, o is rescaled just
-// before the next P·V and P is packed once P·V has read the old one (FlashAttention-3's
-// intra-warpgroup pipelining): +12-15% there. At HD 128 and 256 ptxas 13.0 places the wait for
-// P·V above the softmax anyway, and the extra waits only cost: those walk one tile at a time
-// (docs/attention_notes.md).
+// P_j·V_j are issued together and the softmax of j+1 runs while P_j·V_j does
+// (FlashAttention-3's intra-warpgroup pipelining): +19-33% there. At HD 128 and 256 ptxas 13.0
+// places the wait for P·V above the softmax anyway, and the extra waits only cost: those walk
+// one tile at a time (docs/attention_notes.md).
 //
 // Keys outside [lo, hi): a page wholly outside is copied from row -box (outside the tensor, so
 // TMA writes zeros and reads nothing): released pages (table entry -1) and pages past the last
@@ -212,36 +211,44 @@ __device__ __forceinline__ void hopper_consume(const AttnParams<T>& p, const Hop
         for (full_hi = full_lo - 1; full_hi < tile_hi && !blk.partial((full_hi + 1) * BN, BN, p.window);) full_hi++;
         for (; tile < full_lo && tile <= tile_hi; tile++) one_step(tile, it++);
         if (full_lo <= full_hi) {  // whole tiles: no mask, and no V row past keys.hi to zero
-            // While P·V of tile `it` runs, the softmax of the next tile touches only its own scores
-            // and m, l, corr: o is rescaled by corr just before the next P·V is issued, and the
-            // next P is packed into pa once P·V is done reading it (after FlashAttention-3).
-            bool rescale = false;  // corr holds a factor o still needs
+            // P of the tile in flight and P of the next one take turns in pa2[0] and pa2[1], so
+            // the registers P·V reads are never written while it runs (a copy between two
+            // buffers made ptxas serialize the wgmma, warning C7513). The softmax of the next
+            // tile runs while P·V does; o is rescaled once P·V has landed.
+            uint32_t pa2[2][NT / 2][4];
             issue_scores(it, sc);
             wgmma_wait<0>();
             wgmma_touch(sc[0]);
             online_softmax<1, NT, DT>(sc, m, l, o, c);
-            pack_probabilities<T, NT>(pa, sc[0]);
-            for (int t = full_lo + 1; t <= full_hi; t++, it++) {
+            pack_probabilities<T, NT>(pa2[0], sc[0]);
+            // P·V of tile `it` (P in cur) with S of the tile after it, whose P goes to next.
+            auto step = [&](const uint32_t(&cur)[NT / 2][4], uint32_t(&next)[NT / 2][4]) {
                 float s_next[1][NT][4];
                 issue_scores(it + 1, s_next);
-                if (rescale) rescale_o<1, DT>(o, corr);
                 mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
-                issue_pv(it, pa);
+                issue_pv(it, cur);
                 wgmma_wait<1>();  // the scores (P·V may still run)
                 wgmma_touch(s_next[0]);
-                rescale = !softmax_scores<1, NT>(s_next, m, l, corr, c);
+                const bool same = softmax_scores<1, NT>(s_next, m, l, corr, c);
+                pack_probabilities<T, NT>(next, s_next[0]);
                 wgmma_wait<0>();
                 wgmma_touch(o[0]);
-                wgmma_touch(pa);
-                release(it);
-                pack_probabilities<T, NT>(pa, s_next[0]);
+                if (!same) rescale_o<1, DT>(o, corr);
+                release(it++);
+            };
+            auto last_pv = [&](const uint32_t(&cur)[NT / 2][4]) {
+                mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
+                issue_pv(it, cur);
+                wgmma_wait<0>();
+                wgmma_touch(o[0]);
+                release(it++);
+            };
+            for (int t = full_lo + 1;; t += 2) {
+                if (t > full_hi) { last_pv(pa2[0]); break; }
+                step(pa2[0], pa2[1]);
+                if (t + 1 > full_hi) { last_pv(pa2[1]); break; }
+                step(pa2[1], pa2[0]);
             }
-            if (rescale) rescale_o<1, DT>(o, corr);
-            mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
-            issue_pv(it, pa);
-            wgmma_wait<0>();
-            wgmma_touch(o[0]);
-            release(it++);
             tile = full_hi + 1;
         }
     }

@@ -120,15 +120,6 @@ template <int R, int C> __device__ __forceinline__ void wgmma_touch(float (&d)[R
 #pragma unroll
         for (int j = 0; j < C; j++) asm volatile("" : "+f"(d[i][j])::"memory");
 }
-// Keeps a register A operand alive until here (call it after the wait): to the compiler a wgmma
-// reads its registers when issued, so it could reuse them while the wgmma still reads them, and
-// ptxas would then serialize the wgmma (warning C7513).
-template <int R, int C> __device__ __forceinline__ void wgmma_touch(uint32_t (&a)[R][C]) {
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int j = 0; j < C; j++) asm volatile("" : "+r"(a[i][j])::"memory");
-}
 
 // The asm text of one wgmma: m64nNk16, fp32 accumulators d (operands 0 .. N/2-1), then
 //   SS: A and B descriptors, scale-d (0: d = A·B, else d += A·B), both operands K-major;
