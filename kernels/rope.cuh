@@ -95,8 +95,11 @@ template <typename T, typename X> void rope_qkv(const RopeParams<T, X>& p, cudaS
     if (p.head_dim % 2 != 0) fail("rope_qkv: head_dim " + std::to_string(p.head_dim) + " is odd");
     // A few tokens (decode): each token's pairs spread over several blocks, one pair per thread,
     // each block repeating the two short reductions. Many tokens (prefill): one block per token.
+    // Writing the normalized q|k back in place: one block per token too, so that the row's sums
+    // are complete before any of it is overwritten (blocks of a grid do not wait for each other).
     constexpr int threads = 256, N = kVec<X>;
-    const dim3 grid(p.rows, p.rows >= 128 ? 1 : (pairs + threads - 1) / threads);
+    const bool split = p.rows < 128 && p.normed == nullptr;
+    const dim3 grid(p.rows, split ? (pairs + threads - 1) / threads : 1);
     const int Q = p.n_heads * p.head_dim, KV = p.n_kv_heads * p.head_dim;
     if (Q % N == 0 && KV % N == 0 && aligned16(p.qkv))
         rope_qkv_kernel<T, X, N><<<grid, threads, 0, stream>>>(p);

@@ -290,8 +290,13 @@ TYPED_TEST(Kernels, RopeQKV) {
             RopeParams<T, X> p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), d_rows.get(),
                                c.nH, c.nKV, c.hd, d_inv.get(), c.attn_factor};
             if (c.norm) p.q_norm = d_qw.get(), p.k_norm = d_kw.get(), p.eps = 1e-6f;
-            if (c.norm) p.normed = d_qkv.get();   // in place, as the engine does
-            rope_qkv(p, 0);
+            rope_qkv(p, 0);   // as decode and prefill run it
+            const std::vector<float> q_got = download_f32(d_q), k_all = download_f32(d_k), v_all = download_f32(d_v);
+            if (c.norm) {     // as under the engine's tensor hooks: the normalized q|k also written back, in place
+                p.normed = d_qkv.get();
+                rope_qkv(p, 0);
+                EXPECT_EQ(download_f32(d_q), q_got) << "rope_qkv with the normalized q|k written back: other q";
+            }
 
             std::vector<float> q, k, v;  // the CPU reference: split, QK-norm, then rotate q and k in place
             for (int r = 0; r < c.rows; r++) {
@@ -319,7 +324,6 @@ TYPED_TEST(Kernels, RopeQKV) {
             cpu::rope(q.data(), c.rows, c.nH, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
             cpu::rope(k.data(), c.rows, c.nKV, c.hd, c.pos0, inv_freq.data(), c.attn_factor);
 
-            const std::vector<float> k_all = download_f32(d_k), v_all = download_f32(d_v);
             std::vector<float> k_got, v_got;
             std::vector<bool> written(pool_rows, false);
             for (int r = 0; r < c.rows; r++) {
@@ -330,7 +334,7 @@ TYPED_TEST(Kernels, RopeQKV) {
             size_t touched_elsewhere = 0;  // pool rows nobody writes must stay NaN
             for (size_t i = 0; i < k_all.size(); i++)
                 if (!written[i / KV] && (!std::isnan(k_all[i]) || !std::isnan(v_all[i]))) touched_elsewhere++;
-            expect_close(download_f32(d_q), q, this->tol, this->name("rope q " + shape));
+            expect_close(q_got, q, this->tol, this->name("rope q " + shape));
             expect_close(k_got, k, this->tol, this->name("rope k " + shape));
             expect_close(v_got, rounded<T>(v), kExact, this->name("rope v " + shape));   // v: one rounding into T
             EXPECT_EQ(touched_elsewhere, 0u) << "cache rows outside the written positions changed";
