@@ -1,5 +1,6 @@
 // cuda_common.cuh: what every CUDA file of the engine shares.
-// defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, aligned16,
+// defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, store_pack, with_flag,
+//          aligned16,
 //          aligned, SumOp, MaxOp, MinOp, warp_reduce, block_reduce, grid_dependency_wait,
 //          allow_dependent_launch, launch_with, launch_dependent, allow_smem, kSmemPerSmBytes,
 //          kSmemReservedBytes, kMaxSmemBytes (and, from src/device_caps.h, what the GPU offers)
@@ -21,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "common.h"
 #include "device_caps.h"
@@ -76,7 +78,21 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
 };
 template <typename T> constexpr int kVec = 16 / sizeof(T);
 
+// N fp32 values stored at dst as one Pack of T, each rounded once.
+template <int N, typename T> __device__ __forceinline__ void store_pack(T* dst, const Pack<float, N>& f) {
+    Pack<T, N> o;
+    for (int j = 0; j < N; j++) o.v[j] = from_float<T>(f.v[j]);
+    *reinterpret_cast<Pack<T, N>*>(dst) = o;
+}
+
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// f(std::true_type{}) or f(std::false_type{}): a run-time flag handed to f as a compile-time one
+// (a launcher picking between two instances of a kernel).
+template <typename F> void with_flag(bool flag, F f) {
+    if (flag) f(std::true_type{});
+    else f(std::false_type{});
+}
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // ---- launches with attributes; programmatic dependent launch (griddepcontrol) ----

@@ -1,12 +1,12 @@
 // elementwise.cuh: the memory-bound ops with no reduction.
-// defines: embedding, swiglu, clip, convert
+// defines: ScaledRow, embedding, swiglu, clip, convert
 //
 //   embedding  out[r, :] = table[ids[r], :]                      one block per row, a plain copy
 //   swiglu     out[r, i] = silu(gu[r, i]) * gu[r, I + i]          silu(g) = g / (1 + exp(-g))
 //   clip       x = clamp(x, -c, c)                                OLMo-1 clip_qkv, in place
 //   convert    out = in, from one dtype to another                 e.g. embeddings into the fp32 residual
-// swiglu reads gu in T or fp32 (the engine passes its fp32 GEMM output) and writes T; clip runs
-// on any type (the engine's fp32 qkv).
+// swiglu reads gu in T or fp32 (the engine passes its fp32 GEMM output, whose FP8 scales may
+// still be pending: ScaledRow) and writes T; clip runs on any type (the engine's fp32 qkv).
 //
 // Each thread moves a Pack of N elements: N = kVec<T> (16 bytes of T; an fp32 input pack is
 // N floats) when the row length and every pointer allow aligned accesses, else N = 1. Math in
@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "cuda_common.cuh"
+#include "fp8.h"
 
 namespace olmo {
 
@@ -26,6 +27,39 @@ inline int row_threads(int packs) { return std::min(512, (packs + 31) / 32 * 32)
 inline int grid_blocks(int64_t n, int threads) {
     return (int)std::min<int64_t>((n + threads - 1) / threads, 1 << 16);
 }
+
+// ---- reading a GEMM output ----
+
+// Row r of a matrix y [rows, ld] (T or fp32) read as fp32, with the scales an FP8 GEMM left
+// pending applied (fp8.h PendingScale; none for any other matrix): element c is
+// y[r, c] * (row[r] * col[c]), the very product the GEMM's own scale pass would have stored.
+// load<N>(c) reads elements [c, c + N) with one Pack load (c a multiple of N); it is raw<N>(c)
+// then to_fp32(raw, c), for a loop that puts several loads in flight before using them.
+// SCALED is whether s has scales (the launchers pick the kernel: with_flag), so that a kernel
+// reading a final y carries no trace of them.
+template <typename X, bool SCALED = false> struct ScaledRow {
+    const X* y;
+    const float* col;   // SCALED: col[c] is column c's scale
+    float row_scale;
+    __device__ ScaledRow(const X* m, int64_t r, int64_t ld, PendingScale s = {})
+        : y(m + r * ld), col(s.col), row_scale(SCALED ? s.row[r] : 1.0f) {}
+    // The same row seen from column c on.
+    __device__ ScaledRow from(int64_t c) const {
+        ScaledRow v = *this;
+        v.y += c;
+        v.col += SCALED ? c : 0;
+        return v;
+    }
+    template <int N> __device__ Pack<X, N> raw(int64_t c) const { return *reinterpret_cast<const Pack<X, N>*>(y + c); }
+    template <int N> __device__ Pack<float, N> to_fp32(const Pack<X, N>& p, int64_t c) const {
+        Pack<float, N> f;
+        for (int j = 0; j < N; j++) f.v[j] = to_float(p.v[j]);
+        if constexpr (SCALED)   // (__fmul_rn: rounded here, never fused into an add that follows)
+            for (int j = 0; j < N; j++) f.v[j] = __fmul_rn(f.v[j], row_scale * col[c + j]);
+        return f;
+    }
+    template <int N> __device__ Pack<float, N> load(int64_t c) const { return to_fp32<N>(raw<N>(c), c); }
+};
 
 // ---- embedding ----
 
@@ -51,33 +85,34 @@ void embedding(T* out, const T* table, const int* ids, int rows, int H, cudaStre
 
 // ---- swiglu ----
 
-template <typename T, typename X, int N>
-__global__ void swiglu_kernel(T* out, const X* gu, int rows, int I) {
+template <typename T, typename X, int N, bool SCALED>
+__global__ void swiglu_kernel(T* out, const X* gu, PendingScale s, int rows, int I) {
     allow_dependent_launch();   // see the file comment
-    using P = Pack<X, N>;
     const int packs_per_row = I / N;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < (int64_t)rows * packs_per_row;
          p += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = p / packs_per_row, c = p % packs_per_row;
-        const P gate = reinterpret_cast<const P*>(gu + r * 2 * I)[c];
-        const P up = reinterpret_cast<const P*>(gu + r * 2 * I + I)[c];
+        const int64_t r = p / packs_per_row, c = p % packs_per_row * N;
+        const ScaledRow<X, SCALED> row(gu, r, 2 * I, s);
+        const Pack<float, N> gate = row.template load<N>(c), up = row.template load<N>(I + c);
         Pack<T, N> o;
-        for (int j = 0; j < N; j++) {
-            const float g = to_float(gate.v[j]);
-            o.v[j] = from_float<T>(g / (1.0f + expf(-g)) * to_float(up.v[j]));
-        }
-        reinterpret_cast<Pack<T, N>*>(out + r * I)[c] = o;
+        for (int j = 0; j < N; j++) o.v[j] = from_float<T>(gate.v[j] / (1.0f + expf(-gate.v[j])) * up.v[j]);
+        reinterpret_cast<Pack<T, N>*>(out + r * I)[c / N] = o;
     }
 }
 
-// out [rows, I] (T) = silu(gate) * up, with gu [rows, 2I] = gate | up (T or fp32).
-template <typename T, typename X> void swiglu(T* out, const X* gu, int rows, int I, cudaStream_t stream) {
+// out [rows, I] (T) = silu(gate) * up, with gu [rows, 2I] = gate | up (T or fp32; s: the scales
+// an FP8 GEMM left pending on it).
+template <typename T, typename X>
+void swiglu(T* out, const X* gu, int rows, int I, cudaStream_t stream, PendingScale s = {}) {
     if (rows == 0 || I == 0) return;
     constexpr int N = kVec<T>, threads = 256;
-    if (I % N == 0 && aligned(out, N * sizeof(T)) && aligned(gu, N * sizeof(X)))
-        swiglu_kernel<T, X, N><<<grid_blocks((int64_t)rows * I / N, threads), threads, 0, stream>>>(out, gu, rows, I);
-    else
-        swiglu_kernel<T, X, 1><<<grid_blocks((int64_t)rows * I, threads), threads, 0, stream>>>(out, gu, rows, I);
+    with_flag(s.row != nullptr, [&](auto scaled) {
+        constexpr bool S = decltype(scaled)::value;
+        if (I % N == 0 && aligned(out, N * sizeof(T)) && aligned(gu, N * sizeof(X)))
+            swiglu_kernel<T, X, N, S><<<grid_blocks((int64_t)rows * I / N, threads), threads, 0, stream>>>(out, gu, s, rows, I);
+        else
+            swiglu_kernel<T, X, 1, S><<<grid_blocks((int64_t)rows * I, threads), threads, 0, stream>>>(out, gu, s, rows, I);
+    });
     cudaCheckLaunch();
 }
 

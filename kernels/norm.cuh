@@ -5,7 +5,8 @@
 //   rmsnorm        out = w * (x / sqrt(mean(x²) + eps))           OLMo-2/3 (also QK-norm)
 //   add_layernorm  x += y;  xn = layernorm(x)                      OLMo-1 residual + next norm
 //   add_rmsnorm    x += w * (y / sqrt(mean(y²) + eps)); xb = x     OLMo-2/3 post-norm residual
-// Types: inputs x, y in T or fp32 (the engine passes the fp32 residual and fp32 GEMM outputs);
+// Types: inputs x, y in T or fp32 (the engine passes the fp32 residual and fp32 GEMM outputs,
+// whose FP8 scales the add_* kernels may apply as they read: elementwise.cuh ScaledRow);
 // weights w in T; outputs xn, xb in T; add_*'s residual x is fp32; rmsnorm's out is T or fp32
 // (the QK-norm runs in place on the engine's fp32 qkv).
 //
@@ -32,29 +33,41 @@
 namespace olmo {
 
 // Sum over one row of f(x_j), where x_j are the row's elements as fp32. All threads get it.
-template <int N, typename X, typename F> __device__ float row_sum(const X* row, int H, F f) {
+// A thread loads up to B of its packs before it adds any of them: one wait for memory per B
+// packs instead of one per pack (a short row is latency: decode's QK-norm sums 16 KB rows).
+// The additions keep the order of a plain loop.
+template <int N, typename Row, typename F> __device__ float row_sum(const Row& row, int H, F f) {
+    constexpr int B = 4;
+    const int packs = H / N;
     float s = 0.0f;
-    for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
-        const Pack<X, N> p = reinterpret_cast<const Pack<X, N>*>(row)[i];
-        for (int j = 0; j < N; j++) s += f(to_float(p.v[j]));
+    for (int i0 = threadIdx.x; i0 < packs; i0 += B * blockDim.x) {
+        decltype(row.template raw<N>(0)) p[B];
+        for (int b = 0; b < B; b++)
+            if (i0 + b * (int)blockDim.x < packs) p[b] = row.template raw<N>((int64_t)(i0 + b * blockDim.x) * N);
+        for (int b = 0; b < B; b++)
+            if (i0 + b * (int)blockDim.x < packs) {
+                const Pack<float, N> v = row.template to_fp32<N>(p[b], (int64_t)(i0 + b * blockDim.x) * N);
+                for (int j = 0; j < N; j++) s += f(v.v[j]);
+            }
     }
     return block_reduce(s, SumOp{});
 }
 
 // 1 / sqrt(mean(x²) + eps) over one row of H elements: the RMSNorm factor. All threads get it.
-template <int N, typename X> __device__ float rms_rstd(const X* row, int H, float eps) {
+template <int N, typename Row> __device__ float rms_rstd(const Row& row, int H, float eps) {
     return 1.0f / sqrtf(row_sum<N>(row, H, [](float v) { return v * v; }) / H + eps);
 }
 
 // out_row (T) = (x_row - mean) * rstd over one row; x_row may be fp32 (the residual stream).
 template <int N, typename T, typename X> __device__ void layernorm_row(T* out_row, const X* x_row, int H, float eps) {
-    const float mean = row_sum<N>(x_row, H, [](float v) { return v; }) / H;
-    const float var = row_sum<N>(x_row, H, [mean](float v) { return (v - mean) * (v - mean); }) / H;
+    const ScaledRow<X> x(x_row, 0, 0);   // (no scales)
+    const float mean = row_sum<N>(x, H, [](float v) { return v; }) / H;
+    const float var = row_sum<N>(x, H, [mean](float v) { return (v - mean) * (v - mean); }) / H;
     const float rstd = 1.0f / sqrtf(var + eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
-        const Pack<X, N> in = reinterpret_cast<const Pack<X, N>*>(x_row)[i];
+        const Pack<float, N> in = x.template load<N>((int64_t)i * N);
         Pack<T, N> o;
-        for (int j = 0; j < N; j++) o.v[j] = from_float<T>((to_float(in.v[j]) - mean) * rstd);
+        for (int j = 0; j < N; j++) o.v[j] = from_float<T>((in.v[j] - mean) * rstd);
         reinterpret_cast<Pack<T, N>*>(out_row)[i] = o;
     }
 }
@@ -64,17 +77,17 @@ template <typename T, typename X, int N> __global__ void layernorm_kernel(T* out
     layernorm_row<N>(out + (int64_t)blockIdx.x * H, x + (int64_t)blockIdx.x * H, H, eps);
 }
 
-// x (fp32 residual) += y (T or fp32); xn = LayerNorm(x) in T.
-template <typename T, typename Y, int N>
-__global__ void add_layernorm_kernel(float* x, const Y* y, T* xn, int H, float eps) {
+// x (fp32 residual) += y (T or fp32, ys pending); xn = LayerNorm(x) in T.
+template <typename T, typename Y, int N, bool SCALED>
+__global__ void add_layernorm_kernel(float* x, const Y* y, PendingScale ys, T* xn, int H, float eps) {
     allow_dependent_launch();   // see the file comment
     using PX = Pack<float, N>;
     float* x_row = x + (int64_t)blockIdx.x * H;
-    const Pack<Y, N>* y_row = reinterpret_cast<const Pack<Y, N>*>(y + (int64_t)blockIdx.x * H);
+    const ScaledRow<Y, SCALED> y_row(y, blockIdx.x, H, ys);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {  // the residual add, in fp32
         PX a = reinterpret_cast<PX*>(x_row)[i];
-        const Pack<Y, N> b = y_row[i];
-        for (int j = 0; j < N; j++) a.v[j] += to_float(b.v[j]);
+        const PX b = y_row.template load<N>((int64_t)i * N);
+        for (int j = 0; j < N; j++) a.v[j] += b.v[j];
         reinterpret_cast<PX*>(x_row)[i] = a;
     }
     layernorm_row<N>(xn + (int64_t)blockIdx.x * H, x_row, H, eps);  // each thread re-reads its own packs
@@ -84,34 +97,35 @@ __global__ void add_layernorm_kernel(float* x, const Y* y, T* xn, int H, float e
 template <typename O, typename X, typename T, int N>
 __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld_in, int64_t ld_out, float eps) {
     allow_dependent_launch();   // see the file comment
-    const X* x_row = x + blockIdx.x * ld_in;
+    const ScaledRow<X> x_row(x, blockIdx.x, ld_in);
     O* out_row = out + blockIdx.x * ld_out;
     const float rstd = rms_rstd<N>(x_row, H, eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
-        const Pack<X, N> in = reinterpret_cast<const Pack<X, N>*>(x_row)[i];
+        const Pack<float, N> in = x_row.template load<N>((int64_t)i * N);
         const Pack<T, N> wp = reinterpret_cast<const Pack<T, N>*>(w)[i];
         Pack<O, N> o;
-        for (int j = 0; j < N; j++) o.v[j] = from_float<O>(to_float(wp.v[j]) * (to_float(in.v[j]) * rstd));
+        for (int j = 0; j < N; j++) o.v[j] = from_float<O>(to_float(wp.v[j]) * (in.v[j] * rstd));
         reinterpret_cast<Pack<O, N>*>(out_row)[i] = o;
     }
 }
 
-// x (fp32 residual) += RMSNorm(y) * w, y in T or fp32; xb = x rounded to T (the next GEMM's input).
-template <typename T, typename Y, int N>
-__global__ void add_rmsnorm_kernel(float* x, const Y* y, const T* w, T* xb, int H, float eps) {
+// x (fp32 residual) += RMSNorm(y) * w, y in T or fp32 (ys pending); xb = x rounded to T (the
+// next GEMM's input).
+template <typename T, typename Y, int N, bool SCALED>
+__global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, T* xb, int H, float eps) {
     allow_dependent_launch();   // see the file comment
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
     float* x_row = x + (int64_t)blockIdx.x * H;
-    const Y* y_row = y + (int64_t)blockIdx.x * H;
+    const ScaledRow<Y, SCALED> y_row(y, blockIdx.x, H, ys);
     const float rstd = rms_rstd<N>(y_row, H, eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
         PX a = reinterpret_cast<PX*>(x_row)[i];
-        const Pack<Y, N> b = reinterpret_cast<const Pack<Y, N>*>(y_row)[i];
+        const PX b = y_row.template load<N>((int64_t)i * N);
         const P wp = reinterpret_cast<const P*>(w)[i];
         P o;
         for (int j = 0; j < N; j++) {
-            a.v[j] += to_float(wp.v[j]) * (to_float(b.v[j]) * rstd);
+            a.v[j] += to_float(wp.v[j]) * (b.v[j] * rstd);
             o.v[j] = from_float<T>(a.v[j]);
         }
         reinterpret_cast<PX*>(x_row)[i] = a;
@@ -157,27 +171,36 @@ void rmsnorm(O* out, const X* x, const T* w, int rows, int H, int64_t ld_in, int
     cudaCheckLaunch();
 }
 
-// x [rows, H] (fp32) += y (T or fp32); xn [rows, H] (T) = LayerNorm(x).
+// x [rows, H] (fp32) += y (T or fp32; ys: the scales an FP8 GEMM left pending on it);
+// xn [rows, H] (T) = LayerNorm(x).
 template <typename T, typename Y>
-void add_layernorm(float* x, const Y* y, T* xn, int rows, int H, float eps, cudaStream_t stream) {
+void add_layernorm(float* x, const Y* y, T* xn, int rows, int H, float eps, cudaStream_t stream, PendingScale ys = {}) {
     if (rows == 0) return;
     constexpr int N = kVec<T>;
-    if (packable<T>(H, {x, y, xn}))
-        add_layernorm_kernel<T, Y, N><<<rows, row_threads(H / N), 0, stream>>>(x, y, xn, H, eps);
-    else
-        add_layernorm_kernel<T, Y, 1><<<rows, row_threads(H), 0, stream>>>(x, y, xn, H, eps);
+    with_flag(ys.row != nullptr, [&](auto scaled) {
+        constexpr bool S = decltype(scaled)::value;
+        if (packable<T>(H, {x, y, xn}))
+            add_layernorm_kernel<T, Y, N, S><<<rows, row_threads(H / N), 0, stream>>>(x, y, ys, xn, H, eps);
+        else
+            add_layernorm_kernel<T, Y, 1, S><<<rows, row_threads(H), 0, stream>>>(x, y, ys, xn, H, eps);
+    });
     cudaCheckLaunch();
 }
 
-// x [rows, H] (fp32) += RMSNorm(y [rows, H], T or fp32) * w, in fp32; xb [rows, H] = x rounded to T.
+// x [rows, H] (fp32) += RMSNorm(y [rows, H], T or fp32; ys pending as above) * w, in fp32;
+// xb [rows, H] = x rounded to T.
 template <typename T, typename Y>
-void add_rmsnorm(float* x, const Y* y, const T* w, T* xb, int rows, int H, float eps, cudaStream_t stream) {
+void add_rmsnorm(float* x, const Y* y, const T* w, T* xb, int rows, int H, float eps, cudaStream_t stream,
+                 PendingScale ys = {}) {
     if (rows == 0) return;
     constexpr int N = kVec<T>;
-    if (packable<T>(H, {x, y, w, xb}))
-        add_rmsnorm_kernel<T, Y, N><<<rows, row_threads(H / N), 0, stream>>>(x, y, w, xb, H, eps);
-    else
-        add_rmsnorm_kernel<T, Y, 1><<<rows, row_threads(H), 0, stream>>>(x, y, w, xb, H, eps);
+    with_flag(ys.row != nullptr, [&](auto scaled) {
+        constexpr bool S = decltype(scaled)::value;
+        if (packable<T>(H, {x, y, w, xb}))
+            add_rmsnorm_kernel<T, Y, N, S><<<rows, row_threads(H / N), 0, stream>>>(x, y, ys, w, xb, H, eps);
+        else
+            add_rmsnorm_kernel<T, Y, 1, S><<<rows, row_threads(H), 0, stream>>>(x, y, ys, w, xb, H, eps);
+    });
     cudaCheckLaunch();
 }
 

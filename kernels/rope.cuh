@@ -20,9 +20,11 @@
 // each rounded once from fp32; the normalized q and k stay fp32 in between (not rounded).
 //
 // A token's row is handled by one or more blocks: each sums the squares of the whole q and k
-// parts (block reductions; a few KB, read again from cache by every block of the row), then its
-// threads take (head, d) pairs. cos/sin use the precise sincosf (not __sinf), so fp32 results
-// match the CPU to ~1e-6 even at positions ~64k, where the angle is tens of thousands of radians.
+// parts (block reductions; a few KB, read again from cache by every block of the row) and
+// computes the token's hd/2 angles once into shared memory (every head shares them), then its
+// threads take runs of (head, d) pairs. cos/sin use the precise sincosf (not __sinf), so fp32
+// results match the CPU to ~1e-6 even at positions ~64k, where the angle is tens of thousands of
+// radians. qkv may be an FP8 GEMM's output with its scales still pending (ScaledRow).
 // Positions and rows are read on the device so that a CUDA graph captured once replays decode
 // steps at new positions. The kernel lets the next kernel in the stream launch as soon as it
 // starts (allow_dependent_launch: the decode attention kernel does its set-up, then waits for us).
@@ -50,61 +52,90 @@ template <typename T, typename X = T> struct RopeParams {
     float eps = 0.0f;
     X* normed = nullptr;     // if set (the engine's tensor hooks): the normalized q|k written back
                              // here, laid out as qkv (the engine passes qkv itself)
+    PendingScale scale = {}; // the scales an FP8 GEMM left pending on qkv (fp8.h)
 };
 
-// N: elements per load of the two sums of squares (a 16-byte Pack when the row allows it, else 1).
-template <typename T, typename X, int N> __global__ void rope_qkv_kernel(RopeParams<T, X> p) {
+// N: consecutive elements per thread (4 when the head size and the pointers allow Pack
+// accesses, else 1): a thread takes elements d .. d+N-1 of a head's first half and their
+// partners d+hd/2 .. d+hd/2+N-1.
+template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_kernel(RopeParams<T, X> p) {
     allow_dependent_launch();   // see the file comment
+    extern __shared__ float cs[];   // [hd]: this token's cos, then its sin, per d < hd/2 (times attn_factor)
     const int half = p.head_dim / 2, Q = p.n_heads * p.head_dim, KV = p.n_kv_heads * p.head_dim;
-    const int64_t r = blockIdx.x, pos = p.pos[r], row = p.cache_row[r];
-    const X* x = p.qkv + r * (Q + 2 * KV);
+    const int64_t r = blockIdx.x, row = p.cache_row[r];
+    const float pos = (float)p.pos[r];
+    const int d = threadIdx.x;   // (hd/2 <= blockDim.x): thread d computes angle d once, every head shares it
+    const float freq = d < half ? p.inv_freq[d] : 0.0f;   // loaded before the sums, so both loads overlap
+    const ScaledRow<X, SCALED> x(p.qkv, r, Q + 2 * KV, p.scale);
     const bool norm = p.q_norm != nullptr;
     const float rstd_q = norm ? rms_rstd<N>(x, Q, p.eps) : 1.0f;
-    const float rstd_k = norm ? rms_rstd<N>(x + Q, KV, p.eps) : 1.0f;
-    for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < (p.n_heads + 2 * p.n_kv_heads) * half;
+    const float rstd_k = norm ? rms_rstd<N>(x.from(Q), KV, p.eps) : 1.0f;
+    if (d < half) {
+        float s, c;
+        sincosf(pos * freq, &s, &c);
+        cs[d] = c * p.attn_factor, cs[half + d] = s * p.attn_factor;
+    }
+    __syncthreads();   // the cos/sin table is complete
+    for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < (p.n_heads + 2 * p.n_kv_heads) * half / N;
          t += gridDim.y * blockDim.x) {
-        const int head = t / half, d = t % half, i = head * p.head_dim + d;   // i: column of element d
-        float a = to_float(x[i]), b = to_float(x[i + half]);
+        const int head = t * N / half, e = t * N % half, i = head * p.head_dim + e;   // i: column of element e
+        Pack<float, N> a = x.template load<N>(i), b = x.template load<N>(i + half);
         if (head >= p.n_heads + p.n_kv_heads) {   // a value head: copied, not rotated
             T* v = p.v_cache + row * KV + (i - Q - KV);
-            v[0] = from_float<T>(a);
-            v[half] = from_float<T>(b);
+            store_pack<N>(v, a);
+            store_pack<N>(v + half, b);
             continue;
         }
         const bool query = head < p.n_heads;
         if (norm) {
             const T* w = query ? p.q_norm + i : p.k_norm + (i - Q);
+            const Pack<T, N> wa = *reinterpret_cast<const Pack<T, N>*>(w), wb = *reinterpret_cast<const Pack<T, N>*>(w + half);
             const float rstd = query ? rstd_q : rstd_k;
-            a = to_float(w[0]) * (a * rstd);
-            b = to_float(w[half]) * (b * rstd);
-            if (p.normed) p.normed[r * (Q + 2 * KV) + i] = a, p.normed[r * (Q + 2 * KV) + i + half] = b;
+            for (int j = 0; j < N; j++) {
+                a.v[j] = to_float(wa.v[j]) * (a.v[j] * rstd);
+                b.v[j] = to_float(wb.v[j]) * (b.v[j] * rstd);
+            }
+            if (p.normed) {
+                X* out = p.normed + r * (Q + 2 * KV) + i;
+                store_pack<N>(out, a);
+                store_pack<N>(out + half, b);
+            }
         }
-        float s, c;
-        sincosf((float)pos * p.inv_freq[d], &s, &c);
-        c *= p.attn_factor;
-        s *= p.attn_factor;
+        Pack<float, N> lo, hi;
+        for (int j = 0; j < N; j++) {
+            const float c = cs[e + j], s = cs[half + e + j];
+            lo.v[j] = a.v[j] * c - b.v[j] * s;
+            hi.v[j] = b.v[j] * c + a.v[j] * s;
+        }
         T* dst = query ? p.q_out + r * Q + i : p.k_cache + row * KV + (i - Q);
-        dst[0] = from_float<T>(a * c - b * s);
-        dst[half] = from_float<T>(b * c + a * s);
+        store_pack<N>(dst, lo);
+        store_pack<N>(dst + half, hi);
     }
 }
 
 template <typename T, typename X> void rope_qkv(const RopeParams<T, X>& p, cudaStream_t stream) {
-    const int pairs = (p.n_heads + 2 * p.n_kv_heads) * (p.head_dim / 2);
+    const int half = p.head_dim / 2, pairs = (p.n_heads + 2 * p.n_kv_heads) * half;
     if (p.rows == 0 || pairs == 0) return;
-    if (p.head_dim % 2 != 0) fail("rope_qkv: head_dim " + std::to_string(p.head_dim) + " is odd");
-    // A few tokens (decode): each token's pairs spread over several blocks, one pair per thread,
-    // each block repeating the two short reductions. Many tokens (prefill): one block per token.
-    // Writing the normalized q|k back in place: one block per token too, so that the row's sums
-    // are complete before any of it is overwritten (blocks of a grid do not wait for each other).
-    constexpr int threads = 256, N = kVec<X>;
+    constexpr int threads = 256;
+    if (p.head_dim % 2 != 0 || p.head_dim / 2 > threads)
+        fail("rope_qkv: head_dim " + std::to_string(p.head_dim) + " is odd or above " + std::to_string(2 * threads));
+    // A few tokens (decode): each token's pairs spread over several blocks, each block repeating
+    // the two short reductions. Many tokens (prefill): one block per token. Writing the
+    // normalized q|k back in place: one block per token too, so that the row's sums are
+    // complete before any of it is overwritten (blocks of a grid do not wait for each other).
     const bool split = p.rows < 128 && p.normed == nullptr;
-    const dim3 grid(p.rows, split ? (pairs + threads - 1) / threads : 1);
-    const int Q = p.n_heads * p.head_dim, KV = p.n_kv_heads * p.head_dim;
-    if (Q % N == 0 && KV % N == 0 && aligned16(p.qkv))
-        rope_qkv_kernel<T, X, N><<<grid, threads, 0, stream>>>(p);
-    else
-        rope_qkv_kernel<T, X, 1><<<grid, threads, 0, stream>>>(p);
+    const bool packed = half % 4 == 0 && aligned(p.qkv, 4 * sizeof(X)) && aligned(p.q_out, 4 * sizeof(T)) &&
+                        aligned(p.k_cache, 4 * sizeof(T)) && aligned(p.v_cache, 4 * sizeof(T)) &&
+                        aligned(p.q_norm, 4 * sizeof(T)) && aligned(p.k_norm, 4 * sizeof(T)) &&
+                        aligned(p.normed, 4 * sizeof(X));
+    const int N = packed ? 4 : 1, packs = pairs / N;
+    const dim3 grid(p.rows, split ? (packs + threads - 1) / threads : 1);
+    const size_t smem = p.head_dim * sizeof(float);
+    with_flag(p.scale.row != nullptr, [&](auto scaled) {
+        constexpr bool S = decltype(scaled)::value;
+        if (packed) rope_qkv_kernel<T, X, 4, S><<<grid, threads, smem, stream>>>(p);
+        else rope_qkv_kernel<T, X, 1, S><<<grid, threads, smem, stream>>>(p);
+    });
     cudaCheckLaunch();
 }
 

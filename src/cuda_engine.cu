@@ -228,9 +228,15 @@ private:
 
     // y[rows, N] (fp32) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. FP8 weights: the small-batch
     // kernel for a few rows (decode), else x quantized per row and cuBLASLt's FP8 GEMM (or, for
-    // a width cuBLASLt refuses, the small-batch kernel 16 rows at a time).
-    void linear(float* y, const T* x, const Weight<T>& W, int rows) {
-        if (!W.f8.q) return gemm(y, x, W.w, rows, W.K, W.N);
+    // a width cuBLASLt refuses, the small-batch kernel 16 rows at a time). The FP8 GEMM leaves
+    // its scales pending (fp8_gemm.h): they are returned, for the kernel that reads y to apply,
+    // which must run before the next linear() overwrites x8_scale_. With a tensor hook (it reads
+    // y as it is) they are applied here; linear_final always applies them.
+    PendingScale linear(float* y, const T* x, const Weight<T>& W, int rows) {
+        if (!W.f8.q) {
+            gemm(y, x, W.w, rows, W.K, W.N);
+            return {};
+        }
         if constexpr (std::is_same_v<T, float>) {
             fail("FP8 weights need a 16-bit activation type");
         } else if (rows <= kFp8GemvMaxRows || !Fp8Gemm::supports(W.f8)) {
@@ -238,8 +244,20 @@ private:
                 fp8_gemv(y + (size_t)r * W.N, x + (size_t)r * W.K, W.f8, std::min(kFp8GemvMaxRows, rows - r), stream_);
         } else {
             quantize_rows_fp8(x8_, x8_scale_, x, rows, W.K, W.f8.ld, stream_);
-            fp8_gemm_->run(y, x8_, x8_scale_, W.f8, rows, stream_);
+            PendingScale s = fp8_gemm_->run(y, x8_, x8_scale_, W.f8, rows, stream_);
+            if (hook) settle(y, s, rows, W.N);
+            return s;
         }
+        return {};
+    }
+    void linear_final(float* y, const T* x, const Weight<T>& W, int rows) {
+        PendingScale s = linear(y, x, W, rows);
+        settle(y, s, rows, W.N);
+    }
+    // Applies the scales pending on y [rows, cols] (one pass), so that y is final.
+    void settle(float* y, PendingScale& s, int rows, int cols) {
+        if (s.row) scale_rows_cols(y, s.row, s.col, rows, cols, stream_);
+        s = {};
     }
 
     // The same in T with cuBLAS. In its column-major terms: yᵀ (N x rows) = W (op T of the
@@ -316,10 +334,14 @@ private:
             const LayerCache<T>& L = layers_[l];
             const std::string name = "layers." + std::to_string(l) + ".";
             // --- attention half ---
-            linear(qkv_, xn_, W.wqkv, n);                                        // [n, Q+2KV]
-            if (olmo1 && c_.clip_qkv > 0) clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
+            PendingScale s_qkv = linear(qkv_, xn_, W.wqkv, n);                  // [n, Q+2KV]
+            if (olmo1 && c_.clip_qkv > 0) {                                      // clips the final values
+                settle(qkv_, s_qkv, n, QKV);
+                clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
+            }
             RopeParams<T, float> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
                                     L.inv_freq, L.rope_scale};
+            rp.scale = s_qkv;
             if (!olmo1) rp.q_norm = W.q_norm, rp.k_norm = W.k_norm, rp.eps = eps;   // full-width QK-norm
             if (hook) rp.normed = qkv_;                                          // (the hook reads it there)
             rope_qkv(rp, stream_);                                               // q -> q_, k/v -> pool rows
@@ -337,18 +359,18 @@ private:
             if (prefill) attention_prefill(ap, stream_);
             else attention_decode(ap, attn_ws_, stream_);
             emit(name + "attn", att_, n, Q, Q);
-            linear(o_, att_, W.wo, n);                                           // [n, H]
+            const PendingScale s_o = linear(o_, att_, W.wo, n);                  // [n, H]
             emit(name + "o_proj", o_, n, H, H);
-            if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_);          // x += o; xn = LN(x)
-            else add_rmsnorm(x_, o_, W.attn_norm, xn_, n, H, eps, stream_);      // x += RMSNorm(o); xn = x
+            if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_, s_o);     // x += o; xn = LN(x)
+            else add_rmsnorm(x_, o_, W.attn_norm, xn_, n, H, eps, stream_, s_o); // x += RMSNorm(o); xn = x
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
-            linear(gu_, xn_, W.wgu, n);                                          // [n, 2I]
-            swiglu(a_, gu_, n, I, stream_);                                      // [n, I]
-            linear(o_, a_, W.wdown, n);                                          // [n, H]
+            const PendingScale s_gu = linear(gu_, xn_, W.wgu, n);                // [n, 2I]
+            swiglu(a_, gu_, n, I, stream_, s_gu);                                // [n, I]
+            const PendingScale s_down = linear(o_, a_, W.wdown, n);              // [n, H]
             emit(name + "mlp", o_, n, H, H);
-            if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_);          // also the next layer's LN
-            else add_rmsnorm(x_, o_, W.ff_norm, xn_, n, H, eps, stream_);
+            if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_, s_down);  // also the next layer's LN
+            else add_rmsnorm(x_, o_, W.ff_norm, xn_, n, H, eps, stream_, s_down);
             emit(name + "out", x_, n, H, H);
         }
         // Final norm and logits of each sequence's last row (prefill: row n-1; decode: all rows),
@@ -360,13 +382,13 @@ private:
         if (hook) {   // every position's logits, in a temporary buffer (tests only, never in a graph)
             float* all = nullptr;
             cudaCheck(cudaMalloc(&all, sizeof(float) * rows * c_.vocab));
-            linear(all, xn_ + (size_t)first * H, w_.lm_head, rows);             // [rows, V] fp32
+            linear_final(all, xn_ + (size_t)first * H, w_.lm_head, rows);       // [rows, V] fp32
             emit("logits", all, rows, c_.vocab, c_.vocab);
             cudaCheck(cudaFree(all));
         }
         if (score) return score_rows(n);
         const int out_rows = prefill ? 1 : batch;
-        linear(logits_, xn_ + (size_t)(n - out_rows) * H, w_.lm_head, out_rows);   // [out_rows, V] fp32
+        linear_final(logits_, xn_ + (size_t)(n - out_rows) * H, w_.lm_head, out_rows);   // [out_rows, V] fp32
     }
 
     // logprobs_[r] = log p(targets_[r]) for the n rows of xn_ (final-normed), from their fp32
@@ -375,7 +397,7 @@ private:
         const int H = c_.hidden, V = c_.vocab;
         for (int r0 = 0; r0 < n; r0 += kScoreRows) {
             const int rows = std::min(kScoreRows, n - r0);
-            linear(logits_, xn_ + (size_t)r0 * H, w_.lm_head, rows);                 // [rows, V] fp32
+            linear_final(logits_, xn_ + (size_t)r0 * H, w_.lm_head, rows);           // [rows, V] fp32
             token_logprobs(logprobs_ + r0, logits_, targets_ + r0, rows, V, stream_);
         }
     }

@@ -51,6 +51,15 @@ inline float e4m3_to_float(uint8_t b) {
     return (b & 0x80) ? -v : v;
 }
 
+// The scales an FP8 GEMM leaves to whoever reads its output (src/fp8_gemm.h): element (r, c)
+// of y is worth y[r, c] * row[r] * col[c] (the token's and the output channel's scale). The
+// kernels that read a GEMM output (norms, SwiGLU, RoPE: kernels/elementwise.cuh ScaledRow)
+// apply them as they load, which saves a pass over y. PendingScale{}: y is final.
+struct PendingScale {
+    const float* row = nullptr;   // device [rows]
+    const float* col = nullptr;   // device [cols]
+};
+
 // A weight matrix W [N, K] on the device in FP8 (kernels/fp8.cuh): W[n, k] ≈ scale[n] * q[n, k],
 // rows padded with zeros to N16 = N rounded up to 16, columns to ld = K rounded up to 64.
 struct Fp8Matrix {

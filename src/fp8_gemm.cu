@@ -4,7 +4,6 @@
 #include <string>
 
 #include "cuda_common.cuh"
-#include "fp8.cuh"
 
 namespace olmo {
 
@@ -56,12 +55,13 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int rows, const Fp8Matrix& W) {
     return plans_[key] = p;
 }
 
-void Fp8Gemm::run(float* y, const uint8_t* x8, const float* xs, const Fp8Matrix& W, int rows, cudaStream_t stream) {
+PendingScale Fp8Gemm::run(float* y, const uint8_t* x8, const float* xs, const Fp8Matrix& W, int rows,
+                          cudaStream_t stream) {
     Plan& p = plan(rows, W);
     const float one = 1.0f, zero = 0.0f;
     cublasCheck(cublasLtMatmul(lt_, p.desc, &one, W.q, p.a, x8, p.b, &zero, y, p.d, y, p.d, &p.algo, workspace_,
                                workspace_bytes_, stream));
-    scale_rows_cols(y, xs, W.scale, rows, W.N, stream);
+    return {xs, W.scale};
 }
 
 }  // namespace olmo

@@ -2,10 +2,12 @@
 //     y [rows, N] fp32 = (xs ⊙ x8) [rows, K] · (W.scale ⊙ W.q) [N, K]ᵀ
 // x8: the activations in E4M3 with one fp32 scale per token (row), quantized on the fly by
 // quantize_rows_fp8 (kernels/fp8.cuh); W: per-output-channel E4M3 weights (fp8.h). cuBLASLt
-// multiplies the codes on the tensor cores at the FP8 rate with fp32 accumulation; the two
-// scale vectors are then applied by scale_rows_cols (kernels/fp8.cuh), one pass over y.
-// (cuBLASLt's own "outer vector" scaling would fold that pass into the GEMM, but on sm_90 it
-// offers no algorithm for it: measured with cuBLAS 13 on the H200, docs/fp8.md.)
+// multiplies the codes on the tensor cores at the FP8 rate with fp32 accumulation and stores
+// the sums unscaled: run() returns the two scale vectors (fp8.h PendingScale) for the kernel
+// that reads y to apply as it loads (the norms, SwiGLU, RoPE), or for scale_rows_cols
+// (kernels/fp8.cuh) where a reader cannot. (cuBLASLt's own "outer vector" scaling would fold
+// them into the GEMM, but on sm_90 it offers no algorithm for it: measured with cuBLAS 13 on
+// the H200, docs/fp8.md.)
 // In cuBLASLt's column-major terms yᵀ [N, rows] = op(A) · B with A = W.q seen as a
 // [ld, N] matrix, transposed, and B = x8ᵀ [ld, rows]: the "TN" layout FP8 requires. The padded
 // columns K..ld are zeros in both, so the product runs over ld.
@@ -34,8 +36,9 @@ public:
     // Whether cuBLASLt runs W: on sm_90 its FP8 GEMMs want the output width a multiple of 16
     // (the layer widths of real checkpoints are; a test's odd vocabulary may not be).
     static bool supports(const Fp8Matrix& W) { return W.N % 16 == 0; }
-    // x8 [rows, W.ld] E4M3 and xs [rows] on the device; y [rows, W.N] fp32.
-    void run(float* y, const uint8_t* x8, const float* xs, const Fp8Matrix& W, int rows, cudaStream_t stream);
+    // x8 [rows, W.ld] E4M3 and xs [rows] on the device; y [rows, W.N] fp32, unscaled: the
+    // returned {xs, W.scale} are still to be applied (they must outlive y's reader).
+    PendingScale run(float* y, const uint8_t* x8, const float* xs, const Fp8Matrix& W, int rows, cudaStream_t stream);
 
 private:
     struct Plan {

@@ -9,6 +9,7 @@
 //   the same codes and scales (so only summation order differs; cuBLASLt's FP8 tensor cores
 //   accumulate with fewer bits, hence its looser bar), on K and N that are not multiples of the
 //   tiles, K = 1, and extreme weights: never a NaN.
+// - The readers of the GEMM's output apply its pending scales bit for bit as the scale pass.
 // - The engine in FP8 against the fp32 engine on a random checkpoint: prefill (both paths) and
 //   decode logits within a bar, greedy continuation mostly unchanged.
 #include <cuda_fp8.h>
@@ -21,6 +22,8 @@
 #include "fp8.h"
 #include "fp8_gemm.h"
 #include "kernel_test_util.cuh"
+#include "norm.cuh"
+#include "rope.cuh"
 #include "test_util.h"
 
 using namespace olmo;
@@ -183,12 +186,87 @@ TEST_F(Fp8, CublasLtGemmMatchesReference) {
                 for (int r = 0; r < rows; r++)
                     for (int k = 0; k < K; k++) xd[(size_t)r * K + k] = X.at(r, k);
                 DeviceArray<float> dy((size_t)rows * N);
-                gemm.run(dy.get(), X.m.q, X.m.scale, W.m, rows, 0);
+                const PendingScale s = gemm.run(dy.get(), X.m.q, X.m.scale, W.m, rows, 0);
+                EXPECT_EQ(s.row, X.m.scale);
+                EXPECT_EQ(s.col, W.m.scale);
+                scale_rows_cols(dy.get(), s.row, s.col, rows, N, 0);   // as the engine settles them
                 expect_close(dy.download(), product_ref(xd, W, rows), {2e-3, 4e-3},
                              fmt("cuBLASLt fp8 N=%d K=%d rows=%d", N, K, rows));
             }
     }
     cudaCheck(cudaFree(ws));
+}
+
+// The GEMM leaves its scales pending; the kernels that read its output apply them as they load
+// (elementwise.cuh ScaledRow). Each must give, bit for bit, what it gives on the output scaled
+// first by the scale pass: same products, same order.
+TEST_F(Fp8, ReadersApplyPendingScalesAsTheScalePass) {
+    using T = __nv_bfloat16;
+    const int rows = 5, H = 4096 + 8, I = 1000, nH = 6, nKV = 2, hd = 64;
+    const int Q = nH * hd, KV = nKV * hd, QKV = Q + 2 * KV;
+    const std::vector<float> xs = randn(rows, rng, 1.0f, 0.3f), w = rounded<T>(randn(H + QKV, rng, 1.0f, 0.3f));
+    DeviceArray<float> d_xs(xs);
+    DeviceArray<T> d_w(to_dtype<T>(w));
+    // A GEMM output y [rows, cols]: as the GEMM leaves it, and as the scale pass makes it.
+    struct GemmOutput {
+        DeviceArray<float> raw, scaled, ws;
+        GemmOutput(const std::vector<float>& y, const std::vector<float>& col, const float* xs, int rows, int cols)
+            : raw(y), scaled(y), ws(col) {
+            scale_rows_cols(scaled.get(), xs, ws.get(), rows, cols, 0);
+        }
+    };
+    auto gemm_output = [&](int cols) {
+        return std::make_unique<GemmOutput>(randn((size_t)rows * cols, rng, 0.0f, 2.0f), randn(cols, rng, 0.01f, 0.005f),
+                                            d_xs.get(), rows, cols);
+    };
+    {   // SwiGLU
+        const auto g = gemm_output(2 * I);
+        DeviceArray<T> got((size_t)rows * I), want((size_t)rows * I);
+        swiglu(got.get(), g->raw.get(), rows, I, 0, {d_xs.get(), g->ws.get()});
+        swiglu(want.get(), g->scaled.get(), rows, I, 0);
+        EXPECT_EQ(download_f32(got), download_f32(want)) << "swiglu";
+    }
+    for (bool layer : {false, true}) {   // the residual norms
+        const auto g = gemm_output(H);
+        const std::vector<float> x = randn((size_t)rows * H, rng, 0.0f, 1.0f);
+        DeviceArray<float> x_got(x), x_want(x);
+        DeviceArray<T> got((size_t)rows * H), want((size_t)rows * H);
+        if (layer) {
+            add_layernorm(x_got.get(), g->raw.get(), got.get(), rows, H, 1e-5f, 0, {d_xs.get(), g->ws.get()});
+            add_layernorm(x_want.get(), g->scaled.get(), want.get(), rows, H, 1e-5f, 0);
+        } else {
+            add_rmsnorm(x_got.get(), g->raw.get(), d_w.get(), got.get(), rows, H, 1e-6f, 0, {d_xs.get(), g->ws.get()});
+            add_rmsnorm(x_want.get(), g->scaled.get(), d_w.get(), want.get(), rows, H, 1e-6f, 0);
+        }
+        const char* name = layer ? "add_layernorm" : "add_rmsnorm";
+        EXPECT_EQ(x_got.download(), x_want.download()) << name << " residual";
+        EXPECT_EQ(download_f32(got), download_f32(want)) << name << " output";
+    }
+    for (int split : {0, 1}) {   // RoPE with the QK-norm, decode's split grid and prefill's one block per token
+        const auto g = gemm_output(QKV);
+        const std::vector<float> inv_freq = randn(hd / 2, rng, 0.1f, 0.05f);
+        std::vector<int> pos(rows), cache_row(rows);
+        for (int r = 0; r < rows; r++) pos[r] = 1000 * r + 7, cache_row[r] = rows - 1 - r;
+        DeviceArray<float> d_inv(inv_freq);
+        DeviceArray<int> d_pos(pos), d_row(cache_row);
+        std::vector<float> got, want;
+        for (bool pending : {true, false}) {
+            DeviceArray<T> q((size_t)rows * Q), k((size_t)rows * KV), v((size_t)rows * KV);
+            DeviceArray<float> normed((size_t)rows * QKV);
+            RopeParams<T, float> p{pending ? g->raw.get() : g->scaled.get(), q.get(), k.get(), v.get(), rows, d_pos.get(),
+                                   d_row.get(), nH, nKV, hd, d_inv.get(), 1.0f};
+            p.q_norm = d_w.get(), p.k_norm = d_w.get() + Q, p.eps = 1e-6f;
+            if (pending) p.scale = {d_xs.get(), g->ws.get()};
+            if (!split) p.normed = normed.get();   // (also one block per token)
+            rope_qkv(p, 0);
+            std::vector<float>& out = pending ? got : want;
+            for (auto* a : {&q, &k, &v}) {
+                const std::vector<float> f = download_f32(*a);
+                out.insert(out.end(), f.begin(), f.end());
+            }
+        }
+        EXPECT_EQ(got, want) << "rope_qkv, split " << split;
+    }
 }
 
 // ---- the engine ----
