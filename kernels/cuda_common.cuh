@@ -1,6 +1,6 @@
 // cuda_common.cuh: what every CUDA file of the engine shares.
-// defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, store_pack, with_flag,
-//          aligned16,
+// defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, store_pack,
+//          with_flag, aligned16,
 //          aligned, SumOp, MaxOp, MinOp, warp_reduce, block_reduce, grid_dependency_wait,
 //          allow_dependent_launch, launch_with, launch_dependent, allow_smem, kSmemPerSmBytes,
 //          kSmemReservedBytes, kMaxSmemBytes (and, from src/device_caps.h, what the GPU offers)
