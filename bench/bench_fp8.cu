@@ -153,18 +153,19 @@ int main() {
         for (int warps : {1, 2, 4, 8, 16}) {   // the automatic choice against each fixed one, 1 token
             const float t = median_ms([&](int i, cudaStream_t st) { fp8_gemv(y, x, w[i % copies], 1, st, warps); });
             std::printf("%-8s rows 1, %2d warps per block%s: %.1f us, %.0f GB/s\n", s.name, warps,
-                        warps == fp8_gemv_warps<bf16, 1, kFp8GemvDepth>(w[0]) ? " (auto)" : "", t * 1e3,
+                        warps == fp8_gemv_shape<bf16, 1, kFp8GemvDepth>(w[0]).warps ? " (auto)" : "", t * 1e3,
                         fp8_bytes / t / 1e6);
         }
-        for (int depth : {2, 4, 6}) {   // chunks in flight per warp (kFp8GemvDepth), 1 token, automatic warps
-            const float t = median_ms([&](int i, cudaStream_t st) {
+        for (int depth : {2, 3, 4}) {   // slots in each warp's ring (kFp8GemvDepth), 1 token, automatic shape
+            auto run = [&](int i, cudaStream_t st) {
                 const Fp8Matrix& W = w[i % copies];
                 if (depth == 2) fp8_gemv_launch<bf16, 1, 2>(y, x, W, 1, st, 0);
-                else if (depth == 4) fp8_gemv_launch<bf16, 1, 4>(y, x, W, 1, st, 0);
-                else fp8_gemv_launch<bf16, 1, 6>(y, x, W, 1, st, 0);
-            });
-            std::printf("%-8s rows 1, depth %d%s: %.1f us, %.0f GB/s\n", s.name, depth,
-                        depth == kFp8GemvDepth ? " (engine)" : "", t * 1e3, fp8_bytes / t / 1e6);
+                else if (depth == 3) fp8_gemv_launch<bf16, 1, 3>(y, x, W, 1, st, 0);
+                else fp8_gemv_launch<bf16, 1, 4>(y, x, W, 1, st, 0);
+            };
+            const float t = median_ms(run), chained = median_ms(run, 16);
+            std::printf("%-8s rows 1, depth %2d%s: %.1f us, %.0f GB/s; chained %.0f GB/s\n", s.name, depth,
+                        depth == kFp8GemvDepth ? " (engine)" : "", t * 1e3, fp8_bytes / t / 1e6, fp8_bytes / chained / 1e6);
         }
         std::printf("%-8s copy of the FP8 bytes: %.1f us, %.0f GB/s (read + write: %.0f GB/s of traffic)\n", s.name,
                     tc * 1e3, fp8_bytes / tc / 1e6, 2 * fp8_bytes / tc / 1e6);

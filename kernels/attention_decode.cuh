@@ -156,6 +156,9 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     auto k_stage = [&](int s) { return sq.rows_from(kDecodeRows + 2 * s * BN); };
     auto v_stage = [&](int s) { return sq.rows_from(kDecodeRows + (2 * s + 1) * BN); };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slot = blockIdx.y;
+    // The combine kernel may launch at once (it waits for our writes anyway), and with it the
+    // product after it (fp8_gemv), whose weights then stream while we run.
+    allow_dependent_launch();
 
     const SlotRun run = plan_slots(p, slots, -1, slot);
     if (run.b < 0) return;  // an idle slot (same for the whole block)
@@ -177,7 +180,6 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     // a programmatic dependent one, so this much overlaps that kernel's tail.
     TableWindow tw(pages_of(p, run.b), lo, hi, lane, sq.base + (kDecodeRows + 2 * STAGES * BN) * SmemTile<HD>::kRowBytes + warp * kTableRingBytes);
     grid_dependency_wait();
-    allow_dependent_launch();  // the combine kernel may start; it waits for our writes anyway
     load_q_tile_async<kDecodeRows, kDecodeThreads>(sq, p, map);
     cp_async_commit();
 #pragma unroll
@@ -229,9 +231,9 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
     const int col = threadIdx.x % COLS, grp = threadIdx.x / COLS;
     const bool live = col < p.hd / 4;  // columns past hd (a padded tile) have nothing to merge
     // pos0 is written before the split kernel starts (stream order), so the plan needs no wait.
+    allow_dependent_launch();  // the kernel behind us (the o product) waits for our output before reading it
     const SlotRun run = plan_slots(p, slots, seq, -1);
     grid_dependency_wait();
-    allow_dependent_launch();  // e.g. the next step's split kernel: it waits for us before using our output
 
     // Each group merges splits grp, grp + GROUPS, ... with a running max m and sum l.
     float m = -INFINITY, l = 0.0f;

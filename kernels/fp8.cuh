@@ -13,12 +13,15 @@
 // scale_rows_cols: y[r, n] *= xs[r] · ws[n], the scales of such a product (src/fp8_gemm.h).
 //
 // fp8_gemv, for rows ≤ 16 tokens (decode): y[r, n] = scale[n] · Σ_k x[r, k] · q[n, k].
-// Memory-bound: the weights are read once, 16 bytes per lane per load, and widened to 16 bits
-// in registers; the tensor cores then do the arithmetic (mma m16n8k16: 16 output channels
-// times 8 tokens, fp32 accumulators), so 16 tokens cost no more reading than one. A block owns
-// 16 output channels; its warps split K, walking 64-column chunks (warp w takes chunks w,
-// w + warps, ...) with the next chunks' loads in flight while they compute, and add their
-// partial sums through shared memory at the end.
+// Memory-bound: the weights are read once, copied 16 bytes per lane straight into shared memory
+// (cp.async, past L1 and the registers), and widened to 16 bits in registers; the tensor cores
+// then do the arithmetic (mma m16n8k16: 16 output channels times 8 tokens, fp32 accumulators),
+// so 16 tokens cost no more reading than one. A block owns 16 output channels; its warps split
+// K, walking 64-column chunks (warp w takes chunks w, w + warps, ...), each with a ring of D
+// chunks of which D - 1 are in flight while it computes one, and add their partial sums
+// through shared memory at the end. The first D - 1 chunks are asked for before the kernel
+// waits for the one ahead of it (a programmatic dependent launch): weights do not depend on it.
+// D = 2 (one chunk in flight per warp) streamed fastest; deeper rings were slower (docs/fp8.md).
 //
 // Which column of the mma goes where: a dot product does not care about the order of its
 // terms, so instead of the mma's own column order the lanes take contiguous bytes. In a chunk,
@@ -39,7 +42,8 @@
 namespace olmo {
 
 constexpr int kFp8GemvMaxRows = 16;
-// Chunks of 64 weight bytes per row that each warp of fp8_gemv has in flight (its U).
+// Slots of 16 rows x 64 weight bytes in each fp8_gemv warp's shared-memory ring (its D): D - 1
+// chunks are in flight while the warp computes one (docs/fp8.md has the sweep).
 constexpr int kFp8GemvDepth = 2;
 
 // ---- quantization ----
@@ -105,11 +109,10 @@ inline void scale_rows_cols(float* y, const float* xs, const float* ws, int rows
 
 namespace fp8 {
 
-// 16 bytes of weights that are read exactly once: not kept in L1.
-__device__ __forceinline__ uint4 load_streaming(const uint8_t* p) {
+// 16 bytes of shared memory (address in the shared window).
+__device__ __forceinline__ uint4 ld_shared_16(uint32_t addr) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
     return v;
 }
 
@@ -151,58 +154,65 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 
 }  // namespace fp8
 
-// GROUPS: tokens in groups of 8 (1 or 2). The block's warps (blockDim.x / 32, up to 16) split
-// K; each computes on U chunks while the loads of its next U are in flight (U = kFp8GemvDepth:
-// a deeper U holds more registers, so fewer warps fit, and streamed slower: docs/fp8.md).
-// Registers are not capped (78-90 at U = 2, about 25 warps per SM): with 64 the loop spilled;
-// fp8_gemv_warps asks the occupancy calculator how many blocks fit.
-template <typename T, int GROUPS, int U>
+// GROUPS: tokens in groups of 8 (1 or 2). D: slots of this warp's ring (D - 1 chunks in flight
+// while one is computed). The block's warps (blockDim.x / 32, up to 16) split K: warp w takes
+// chunks w, w + warps, ... Each lane copies its own 2 x 16 bytes of a chunk into its own place
+// in the warp's ring (cp.async: no registers held, no other thread involved, so no barrier) and
+// later reads exactly those bytes back. The tokens' 16 values of the next chunk are loaded one
+// chunk ahead, so that their latency hides behind this chunk's work.
+template <typename T, int GROUPS, int D>
 __global__ void __launch_bounds__(512, 1)
     fp8_gemv_kernel(float* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ q,
                     const float* __restrict__ scale, int rows, int N, int K, int ld) {
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int n0 = blockIdx.x * 16, chunks = (K + 63) / 64, step = warps * U;
+    const int n0 = blockIdx.x * 16, chunks = (K + 63) / 64;
+    const int mine = warp < chunks ? (chunks - warp + warps - 1) / warps : 0;   // this warp's chunks
     const uint8_t* w_lo = q + (int64_t)(n0 + g) * ld + 16 * t;   // row n0+g, this lane's 16 bytes of chunk 0
     const uint8_t* w_hi = w_lo + 8 * (int64_t)ld;                // row n0+g+8
-    float acc[GROUPS][4] = {};
-    // The U chunks c0, c0 + warps, ... of rows g and g+8 (zeros past the end).
-    auto load = [&](uint4 (&lo)[U], uint4 (&hi)[U], int c0) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + u * warps;
-            lo[u] = c < chunks ? fp8::load_streaming(w_lo + 64 * c) : make_uint4(0, 0, 0, 0);
-            hi[u] = c < chunks ? fp8::load_streaming(w_hi + 64 * c) : make_uint4(0, 0, 0, 0);
+    // smem: the rings [warps][D][2 rows][32 lanes] of 16 bytes, then the partial sums.
+    extern __shared__ uint4 smem[];
+    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem) + (warp * D * 64 + lane) * 16;
+    auto slot = [&](int i) { return ring + (i % D) * 1024; };   // + 512: the row g+8 half
+    auto fetch = [&](int i) {   // this warp's chunk i into slot i % D (past the last: an empty group)
+        if (i < mine) {
+            const int c = warp + i * warps;
+            attn::cp_async_16(slot(i), w_lo + 64 * c, true);
+            attn::cp_async_16(slot(i) + 512, w_hi + 64 * c, true);
         }
+        attn::cp_async_commit();
+    };
+    auto load_x = [&](uint32_t(&xv)[GROUPS][8], int i) {   // the tokens' 16 values for chunk i
+#pragma unroll
+        for (int gr = 0; gr < GROUPS; gr++) fp8::load_token16(xv[gr], x, gr * 8 + g, (warp + i * warps) * 64 + 16 * t, rows, K);
     };
 
-    uint4 lo[U], hi[U];
-    load(lo, hi, warp);
+    for (int i = 0; i < D - 1; i++) fetch(i);
     grid_dependency_wait();   // the weights are in flight; x comes from the kernel ahead
-    for (int c0 = warp; c0 < chunks; c0 += step) {
-        uint4 next_lo[U], next_hi[U];
-        load(next_lo, next_hi, c0 + step);   // in flight while this round computes
+    float acc[GROUPS][4] = {};
+    uint32_t xv[GROUPS][8], xn[GROUPS][8];
+    if (mine > 0) load_x(xv, 0);
+    for (int i = 0; i < mine; i++) {
+        fetch(i + D - 1);              // into the slot chunk i - 1 has left
+        attn::cp_async_wait<D - 1>();  // chunk i has landed
+        const uint4 lo = fp8::ld_shared_16(slot(i)), hi = fp8::ld_shared_16(slot(i) + 512);
+        if (i + 1 < mine) load_x(xn, i + 1);
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = (c0 + u * warps) * 64 + 16 * t;
+        for (int gr = 0; gr < GROUPS; gr++)
 #pragma unroll
-            for (int gr = 0; gr < GROUPS; gr++) {
-                uint32_t xv[8];
-                fp8::load_token16(xv, x, gr * 8 + g, k, rows, K);
-#pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    const uint32_t a[4] = {fp8::widen_pair<T>(lo[u], 2 * s), fp8::widen_pair<T>(hi[u], 2 * s),
-                                           fp8::widen_pair<T>(lo[u], 2 * s + 1), fp8::widen_pair<T>(hi[u], 2 * s + 1)};
-                    attn::mma_16x8x16<T>(acc[gr], a, xv[2 * s], xv[2 * s + 1]);
-                }
+            for (int s = 0; s < 4; s++) {
+                const uint32_t a[4] = {fp8::widen_pair<T>(lo, 2 * s), fp8::widen_pair<T>(hi, 2 * s),
+                                       fp8::widen_pair<T>(lo, 2 * s + 1), fp8::widen_pair<T>(hi, 2 * s + 1)};
+                attn::mma_16x8x16<T>(acc[gr], a, xv[gr][2 * s], xv[gr][2 * s + 1]);
             }
-        }
 #pragma unroll
-        for (int u = 0; u < U; u++) lo[u] = next_lo[u], hi[u] = next_hi[u];
+        for (int gr = 0; gr < GROUPS; gr++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) xv[gr][j] = xn[gr][j];
     }
 
     // Sum the warps' partial products; warp 0 scales and writes. acc[gr][i] is output channel
     // n0 + g (+8 for i >= 2) of token 8gr + 2t + i%2. part: [warps][GROUPS * 4][32].
-    extern __shared__ float part[];
+    float* part = reinterpret_cast<float*>(smem + warps * D * 64);
 #pragma unroll
     for (int i = 0; i < GROUPS * 4; i++) part[(warp * GROUPS * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
     __syncthreads();
@@ -217,11 +227,25 @@ __global__ void __launch_bounds__(512, 1)
     }
 }
 
-// Warps per block for W: as many (up to 16, each taking a share of K) as still lets every block
-// of the grid be resident at once, so the grid runs in one wave; 2 when even that cannot be.
-template <typename T, int GROUPS, int U>
-int fp8_gemv_warps(const Fp8Matrix& W) {
+// Shared memory a block of `warps` warps needs: its rings and the partial sums.
+template <int GROUPS, int D>
+constexpr int fp8_gemv_smem(int warps) { return warps * (D * 1024 + GROUPS * 4 * 32 * (int)sizeof(float)); }
+
+struct Fp8GemvShape {
+    int warps;   // per block
+    int smem;    // bytes per block, at least fp8_gemv_smem
+};
+
+// The block shape for W: as many warps (up to 16, each taking a share of K) as still lets every
+// block of the grid be resident at once, so the grid runs in one wave; 2 when even that cannot
+// be. The shared memory is then padded so that no more blocks fit an SM than the wave needs:
+// launched early (as a dependent), the blocks would otherwise pile onto the SMs that are free
+// first and leave others idle.
+template <typename T, int GROUPS, int D>
+Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
+    constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D>;
     static const int sms = [] {
+        allow_smem<kernel>(kMaxSmemBytes);
         int device = 0, n = 0;
         cudaCheck(cudaGetDevice(&device));
         cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
@@ -230,25 +254,29 @@ int fp8_gemv_warps(const Fp8Matrix& W) {
     static const std::vector<int> per_sm = [] {   // resident blocks per SM, by warps per block
         std::vector<int> n(17);
         for (int w = 1; w <= 16; w++)
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[w], fp8_gemv_kernel<T, GROUPS, U>, w * 32,
-                                                                    w * GROUPS * 4 * 32 * sizeof(float)));
+            if (fp8_gemv_smem<GROUPS, D>(w) <= kMaxSmemBytes)
+                cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[w], kernel, w * 32, fp8_gemv_smem<GROUPS, D>(w)));
         return n;
     }();
+    auto padded = [](int w, int per) {   // the shared memory that lets at most `per` blocks fit an SM
+        const int fit = (kSmemPerSmBytes / per - kSmemReservedBytes) / 1024 * 1024;
+        return std::max(fp8_gemv_smem<GROUPS, D>(w), std::min(fit, kMaxSmemBytes));
+    };
     const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = (W.K + 63) / 64;
-    for (int w : {16, 8, 6, 4, 3})
-        if (w <= chunks && tiles <= (int64_t)per_sm[w] * sms) return w;
-    return 2;
+    for (int w : {16, 8, 6, 4, 3, 2})
+        if ((w <= chunks || w == 2) && tiles <= (int64_t)per_sm[w] * sms) return {w, padded(w, (int)((tiles + sms - 1) / sms))};
+    return {2, fp8_gemv_smem<GROUPS, D>(2)};   // several waves: as many blocks per SM as fit
 }
 
 // y [rows, N] fp32 = x [rows, K] (T = __half or __nv_bfloat16) times W [N, K]ᵀ in FP8, for
 // 1 <= rows <= kFp8GemvMaxRows. Launched as a dependent launch: the weights start streaming
-// before the kernel ahead (which writes x) has finished. warps: per block, 1..16 (0: fp8_gemv_warps).
-template <typename T, int GROUPS, int U = kFp8GemvDepth>
+// before the kernel ahead (which writes x) has finished. warps: per block, 1..16 (0: fp8_gemv_shape).
+template <typename T, int GROUPS, int D = kFp8GemvDepth>
 void fp8_gemv_launch(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps) {
-    if (warps == 0) warps = fp8_gemv_warps<T, GROUPS, U>(W);
-    const int smem = warps * GROUPS * 4 * 32 * sizeof(float);
-    launch_dependent(fp8_gemv_kernel<T, GROUPS, U>, dim3(fp8_padded_rows(W.N) / 16), dim3(warps * 32), smem, stream, y, x,
-                     (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
+    const Fp8GemvShape shape = warps == 0 ? fp8_gemv_shape<T, GROUPS, D>(W) : Fp8GemvShape{warps, fp8_gemv_smem<GROUPS, D>(warps)};
+    allow_smem<fp8_gemv_kernel<T, GROUPS, D>>(kMaxSmemBytes);
+    launch_dependent(fp8_gemv_kernel<T, GROUPS, D>, dim3(fp8_padded_rows(W.N) / 16), dim3(shape.warps * 32), shape.smem,
+                     stream, y, x, (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
 }
 template <typename T>
 void fp8_gemv(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps = 0) {
