@@ -88,6 +88,7 @@ void embedding(T* out, const T* table, const int* ids, int rows, int H, cudaStre
 template <typename T, typename X, int N, bool SCALED>
 __global__ void swiglu_kernel(T* out, const X* gu, PendingScale s, int rows, int I) {
     allow_dependent_launch();   // see the file comment
+    grid_dependency_wait();     // launched as a dependent of the product that writes gu
     const int packs_per_row = I / N;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < (int64_t)rows * packs_per_row;
          p += (int64_t)gridDim.x * blockDim.x) {
@@ -109,9 +110,9 @@ void swiglu(T* out, const X* gu, int rows, int I, cudaStream_t stream, PendingSc
     with_flag(s.row != nullptr, [&](auto scaled) {
         constexpr bool S = decltype(scaled)::value;
         if (I % N == 0 && aligned(out, N * sizeof(T)) && aligned(gu, N * sizeof(X)))
-            swiglu_kernel<T, X, N, S><<<grid_blocks((int64_t)rows * I / N, threads), threads, 0, stream>>>(out, gu, s, rows, I);
+            launch_dependent(swiglu_kernel<T, X, N, S>, dim3(grid_blocks((int64_t)rows * I / N, threads)), dim3(threads), 0, stream, out, gu, s, rows, I);
         else
-            swiglu_kernel<T, X, 1, S><<<grid_blocks((int64_t)rows * I, threads), threads, 0, stream>>>(out, gu, s, rows, I);
+            launch_dependent(swiglu_kernel<T, X, 1, S>, dim3(grid_blocks((int64_t)rows * I, threads)), dim3(threads), 0, stream, out, gu, s, rows, I);
     });
     cudaCheckLaunch();
 }

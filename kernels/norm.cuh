@@ -25,7 +25,8 @@
 // operation order of cpu::rmsnorm: w * (x * rstd).
 // Every kernel lets the kernel behind it in the stream launch at once (allow_dependent_launch):
 // one launched as a dependent (fp8_gemv) then streams its weights while we run, and waits for
-// our output before it reads it; an ordinary launch still waits for us to finish.
+// our output before it reads it; an ordinary launch still waits for us to finish. add_rmsnorm
+// is itself launched as a dependent of the product ahead and waits for it first thing.
 #pragma once
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
@@ -114,6 +115,7 @@ __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld
 template <typename T, typename Y, int N, bool SCALED>
 __global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, T* xb, int H, float eps) {
     allow_dependent_launch();   // see the file comment
+    grid_dependency_wait();     // launched as a dependent of the product that writes y
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
     float* x_row = x + (int64_t)blockIdx.x * H;
@@ -197,9 +199,9 @@ void add_rmsnorm(float* x, const Y* y, const T* w, T* xb, int rows, int H, float
     with_flag(ys.row != nullptr, [&](auto scaled) {
         constexpr bool S = decltype(scaled)::value;
         if (packable<T>(H, {x, y, w, xb}))
-            add_rmsnorm_kernel<T, Y, N, S><<<rows, row_threads(H / N), 0, stream>>>(x, y, ys, w, xb, H, eps);
+            launch_dependent(add_rmsnorm_kernel<T, Y, N, S>, dim3(rows), dim3(row_threads(H / N)), 0, stream, x, y, ys, w, xb, H, eps);
         else
-            add_rmsnorm_kernel<T, Y, 1, S><<<rows, row_threads(H), 0, stream>>>(x, y, ys, w, xb, H, eps);
+            launch_dependent(add_rmsnorm_kernel<T, Y, 1, S>, dim3(rows), dim3(row_threads(H)), 0, stream, x, y, ys, w, xb, H, eps);
     });
     cudaCheckLaunch();
 }

@@ -28,8 +28,9 @@
 // Positions and rows are read on the device so that a CUDA graph captured once replays decode
 // steps at new positions. The kernel lets the next kernel in the stream launch as soon as it
 // starts (allow_dependent_launch: the decode attention kernel does its set-up, then waits for us).
-// It is itself an ordinary launch: launched as a dependent (with the norms and SwiGLU, in one
-// experiment), 7B fp8 decode lost 11% (docs/fp8.md).
+// It is itself launched as a dependent of the product that writes qkv, and waits for it first
+// thing: its blocks are resident when that product ends (with the norms and SwiGLU: 7B fp8
+// decode +1%, 1B +4%; docs/fp8.md).
 #pragma once
 #include "cuda_common.cuh"
 #include "norm.cuh"
@@ -60,6 +61,7 @@ template <typename T, typename X = T> struct RopeParams {
 // partners d+hd/2 .. d+hd/2+N-1.
 template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_kernel(RopeParams<T, X> p) {
     allow_dependent_launch();   // see the file comment
+    grid_dependency_wait();     // launched as a dependent of the product that writes qkv
     extern __shared__ float cs[];   // [hd]: this token's cos, then its sin, per d < hd/2 (times attn_factor)
     const int half = p.head_dim / 2, Q = p.n_heads * p.head_dim, KV = p.n_kv_heads * p.head_dim;
     const int64_t r = blockIdx.x, row = p.cache_row[r];
@@ -133,8 +135,8 @@ template <typename T, typename X> void rope_qkv(const RopeParams<T, X>& p, cudaS
     const size_t smem = p.head_dim * sizeof(float);
     with_flag(p.scale.row != nullptr, [&](auto scaled) {
         constexpr bool S = decltype(scaled)::value;
-        if (packed) rope_qkv_kernel<T, X, 4, S><<<grid, threads, smem, stream>>>(p);
-        else rope_qkv_kernel<T, X, 1, S><<<grid, threads, smem, stream>>>(p);
+        if (packed) launch_dependent(rope_qkv_kernel<T, X, 4, S>, grid, dim3(threads), (int)smem, stream, p);
+        else launch_dependent(rope_qkv_kernel<T, X, 1, S>, grid, dim3(threads), (int)smem, stream, p);
     });
     cudaCheckLaunch();
 }
