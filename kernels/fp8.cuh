@@ -245,7 +245,6 @@ template <typename T, int GROUPS, int D>
 Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
     constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D>;
     static const int sms = [] {
-        allow_smem<kernel>(kMaxSmemBytes);
         int device = 0, n = 0;
         cudaCheck(cudaGetDevice(&device));
         cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
@@ -273,8 +272,8 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
 // before the kernel ahead (which writes x) has finished. warps: per block, 1..16 (0: fp8_gemv_shape).
 template <typename T, int GROUPS, int D = kFp8GemvDepth>
 void fp8_gemv_launch(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps) {
+    allow_smem<fp8_gemv_kernel<T, GROUPS, D>>(kMaxSmemBytes);   // before the occupancy queries: padded blocks pass 48 KB
     const Fp8GemvShape shape = warps == 0 ? fp8_gemv_shape<T, GROUPS, D>(W) : Fp8GemvShape{warps, fp8_gemv_smem<GROUPS, D>(warps)};
-    allow_smem<fp8_gemv_kernel<T, GROUPS, D>>(kMaxSmemBytes);
     launch_dependent(fp8_gemv_kernel<T, GROUPS, D>, dim3(fp8_padded_rows(W.N) / 16), dim3(shape.warps * 32), shape.smem,
                      stream, y, x, (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
 }
