@@ -21,12 +21,11 @@
 //              then each warp arrives on the stage's "empty" barrier.
 // Things overlap: the copy engine fills the next stages while the tensor cores work on this
 // one, and the two consumer warpgroups share each SM sub-partition's tensor core, so that while
-// one computes its softmax, the other's wgmma run. At HD 64 (Shape::PIPELINED) a group also
-// overlaps its own softmax with its P·V over the run of tiles no row sees in part: S_j+1 and
-// P_j·V_j are issued together and the softmax of j+1 runs while P_j·V_j does
-// (FlashAttention-3's intra-warpgroup pipelining): +19-33% there. At HD 128 and 256 ptxas 13.0
-// places the wait for P·V above the softmax anyway, and the extra waits only cost: those walk
-// one tile at a time (docs/attention_notes.md).
+// one computes its softmax, the other's wgmma run. At HD 64 and 128 (Shape::PIPELINED) a group
+// also keeps its tensor core busy across its own softmax over the run of tiles no row sees in
+// part: S_j+1 and P_j·V_j are issued together (FlashAttention-3's intra-warpgroup pipelining):
+// +19-33% at HD 64, +2-4% at HD 128 (three stages needed, see HopperShape). HD 256 walks one
+// tile at a time (docs/attention_notes.md).
 //
 // Keys outside [lo, hi): a page wholly outside is copied from row -box (outside the tensor, so
 // TMA writes zeros and reads nothing): released pages (table entry -1) and pages past the last
@@ -35,10 +34,10 @@
 // zero those V rows of the last tile before its P·V.
 //
 // Shared memory (1 block per SM): Q 128 x HD + STAGES x (K, V) BN x HD, in panels (hopper.cuh),
-// and the barriers: HD 64: 16 + 4·2·16 = 144 KB (4 stages); HD 128: 32 + 2·2·32 = 160 KB;
+// and the barriers: HD 64: 16 + 4·2·16 = 144 KB (4 stages); HD 128: 32 + 3·2·32 = 224 KB;
 // HD 256 (BN 64): 64 + 2·2·32 = 192 KB.
-// Registers: 168 per thread at launch (384 threads, one block per SM); the producer drops to 40
-// and the consumers rise to 232: o (HD/2 fp32) + s (BN/2 fp32) + p (BN/4) per thread.
+// Registers: 168 per thread at launch (384 threads, one block per SM); the producer drops to 24
+// and the consumers rise to 240: o (HD/2 fp32) + s (BN/2 fp32) + p (BN/4, twice when pipelined).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -57,12 +56,14 @@ namespace attn {
 
 template <int HD>
 struct HopperShape {
-    static constexpr int BM = 128, BN = HD <= 128 ? 128 : 64, STAGES = HD == 64 ? 4 : 2;
-    // Whole tiles with the softmax overlapping P·V (hopper_consume): faster at HD 64, slower at
-    // 128 and 256, where ptxas waits for P·V before the softmax (docs/attention_notes.md).
-    static constexpr bool PIPELINED = HD == 64;
+    // STAGES: as many K/V tiles as fit in flight. The pipelined walk (hopper_consume) asks for
+    // K_j+2 as soon as P_j·V_j frees its stage, so it needs three stages to find a tile landed.
+    static constexpr int BM = 128, BN = HD <= 128 ? 128 : 64, STAGES = HD == 64 ? 4 : HD == 128 ? 3 : 2;
+    // Whole tiles with S_j+1 and P_j·V_j in flight together (hopper_consume): faster at HD 64
+    // and 128; at HD 256 two stages are all that fit, and it starves (docs/attention_notes.md).
+    static constexpr bool PIPELINED = HD <= 128;
     static constexpr int THREADS = 3 * 128, CONSUMER_WARPS = 8;
-    static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // 128·40 + 256·232 <= 65536
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128·24 + 256·240 <= 65536
     using QTile = Panels<BM, HD>;
     using KVTile = Panels<BN, HD>;
     static constexpr int kBarriers = 1 + 3 * STAGES;  // q_full, then per stage k_full, v_full, empty
@@ -149,8 +150,8 @@ __device__ __forceinline__ void hopper_produce(const HopperArgs<T>& args, const 
 // Consumer warp cw (0..7) of the two warpgroups: block rows 16cw .. 16cw+15, over every tile.
 // The tiles some row sees only in part (the diagonal; the window's start) take one step at a
 // time: S, mask, softmax, P·V. The others, a run of whole tiles in the middle, are pipelined:
-// S of tile j+1 and P·V of tile j are in flight together, and the softmax of j+1 runs while
-// P·V of j does.
+// S of tile j+1 and P·V of tile j are in flight together, and the softmax of j+1 is written to
+// run while P·V of j does (at HD 128 ptxas still waits for P·V after the row maxima).
 template <typename T, int HD>
 __device__ __forceinline__ void hopper_consume(const AttnParams<T>& p, const HopperSmem<HD>& sm, const PrefillBlock& blk,
                                                int cw, int lane) {
@@ -168,15 +169,16 @@ __device__ __forceinline__ void hopper_consume(const AttnParams<T>& p, const Hop
     auto issue_scores = [&](int it, float(&s)[1][NT][4]) {  // S = Q·K_tileᵀ: HD/16 wgmma, operands in shared memory
         mbar_wait(sm.k_full(it % STAGES), it / STAGES & 1);
         wgmma_fence();
+        wgmma_ss<T, BN, false>(s[0], sm.q().kmajor(wg_row0, 0), sm.k(it % STAGES).kmajor(0, 0));
 #pragma unroll
-        for (int d = 0; d < HD; d += 16)
-            wgmma_ss<T, BN>(s[0], sm.q().kmajor(wg_row0, d), sm.k(it % STAGES).kmajor(0, d), d > 0);
+        for (int d = 16; d < HD; d += 16)
+            wgmma_ss<T, BN, true>(s[0], sm.q().kmajor(wg_row0, d), sm.k(it % STAGES).kmajor(0, d));
         wgmma_commit();
     };
     auto issue_pv = [&](int it, const uint32_t(&a)[NT / 2][4]) {  // O += P·V_tile: BN/16 wgmma, P from registers
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], a[kk], sm.v(it % STAGES).mnmajor(kk * 16), true);
+        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], a[kk], sm.v(it % STAGES).mnmajor(kk * 16));
         wgmma_commit();
     };
     auto release = [&](int it) {  // this warp is done with the tile's stage
@@ -214,7 +216,7 @@ __device__ __forceinline__ void hopper_consume(const AttnParams<T>& p, const Hop
             // P of the tile in flight and P of the next one take turns in pa2[0] and pa2[1], so
             // the registers P·V reads are never written while it runs (a copy between two
             // buffers made ptxas serialize the wgmma, warning C7513). The softmax of the next
-            // tile runs while P·V does; o is rescaled once P·V has landed.
+            // tile is written to run while P·V does; o is rescaled once P·V has landed.
             uint32_t pa2[2][NT / 2][4];
             issue_scores(it, sc);
             wgmma_wait<0>();

@@ -156,23 +156,24 @@ template <int R, int C> __device__ __forceinline__ void wgmma_touch(float (&d)[R
 #define OLMO_D128 OLMO_D32(0), OLMO_D32(8), OLMO_D32(16), OLMO_D32(24)
 
 // d[64 x N] (+)= A[64 x 16] · B[16 x N], A and B K-major in shared memory (descriptors a, b).
-template <typename T, int N>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, bool accumulate) {
+// The flags are immediates, so no register is shared between a wgmma in flight and other code.
+template <typename T, int N, bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b) {
     static_assert(N == 64 || N == 128, "the SS shapes the kernel uses");
-    const int acc = accumulate;
-    if constexpr (N == 64 && std::is_same_v<T, __half>) asm volatile(OLMO_WGMMA_SS_64("f16") : OLMO_D32(0) : "l"(a), "l"(b), "r"(acc));
-    else if constexpr (N == 64) asm volatile(OLMO_WGMMA_SS_64("bf16") : OLMO_D32(0) : "l"(a), "l"(b), "r"(acc));
-    else if constexpr (std::is_same_v<T, __half>) asm volatile(OLMO_WGMMA_SS_128("f16") : OLMO_D64 : "l"(a), "l"(b), "r"(acc));
-    else asm volatile(OLMO_WGMMA_SS_128("bf16") : OLMO_D64 : "l"(a), "l"(b), "r"(acc));
+    constexpr int acc = ACCUMULATE;
+    if constexpr (N == 64 && std::is_same_v<T, __half>) asm volatile(OLMO_WGMMA_SS_64("f16") : OLMO_D32(0) : "l"(a), "l"(b), "n"(acc));
+    else if constexpr (N == 64) asm volatile(OLMO_WGMMA_SS_64("bf16") : OLMO_D32(0) : "l"(a), "l"(b), "n"(acc));
+    else if constexpr (std::is_same_v<T, __half>) asm volatile(OLMO_WGMMA_SS_128("f16") : OLMO_D64 : "l"(a), "l"(b), "n"(acc));
+    else asm volatile(OLMO_WGMMA_SS_128("bf16") : OLMO_D64 : "l"(a), "l"(b), "n"(acc));
 }
 
-// d[64 x N] (+)= A[64 x 16] · B[16 x N], A in registers (the mma.sync A fragment of the warp's
+// d[64 x N] += A[64 x 16] · B[16 x N], A in registers (the mma.sync A fragment of the warp's
 // 16 rows), B MN-major in shared memory (descriptor b).
 template <typename T, int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b) {
     static_assert(N == 64 || N == 128 || N == 256, "the RS shapes the kernel uses");
-    const int acc = accumulate;
-#define OLMO_A "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc)
+    constexpr int acc = 1;
+#define OLMO_A "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(acc)
     if constexpr (N == 64 && std::is_same_v<T, __half>) asm volatile(OLMO_WGMMA_RS_64("f16") : OLMO_D32(0) : OLMO_A);
     else if constexpr (N == 64) asm volatile(OLMO_WGMMA_RS_64("bf16") : OLMO_D32(0) : OLMO_A);
     else if constexpr (N == 128 && std::is_same_v<T, __half>) asm volatile(OLMO_WGMMA_RS_128("f16") : OLMO_D64 : OLMO_A);
