@@ -24,7 +24,7 @@
 // one computes its softmax, the other's wgmma run. At HD 64 and 128 (Shape::PIPELINED) a group
 // also keeps its tensor core busy across its own softmax over the run of tiles no row sees in
 // part: S_j+1 and P_j·V_j are issued together (FlashAttention-3's intra-warpgroup pipelining):
-// +19-33% at HD 64, +2-4% at HD 128 (three stages needed, see HopperShape). HD 256 walks one
+// +19-33% at HD 64, +1-3% at HD 128 (three stages needed, see HopperShape). HD 256 walks one
 // tile at a time (docs/attention_notes.md).
 //
 // Keys outside [lo, hi): a page wholly outside is copied from row -box (outside the tensor, so
