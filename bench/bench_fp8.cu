@@ -5,8 +5,10 @@
 //   time and bytes/time. "chained": 16 launches of fp8_gemv back to back (different weights, as
 //   the layers of a decode step follow each other) captured in a CUDA graph as the engine's
 //   decode step is, time per launch: neither the host's launch cost nor a gap between kernels
-//   is in it. "copy" is cudaMemcpy device to device of the FP8 bytes: read + write, counted
-//   once, so its figure is half the traffic it makes; the roofline we quote is 4.25 TB/s.
+//   is in it. On gate|up, also the decode MLP's first half chained: fp8_gemv + swiglu against
+//   fp8_gemv_swiglu (SwiGLU in the product's epilogue). "copy" is cudaMemcpy device to device
+//   of the FP8 bytes: read + write, counted once, so its figure is half the traffic it makes;
+//   the roofline we quote is 4.25 TB/s.
 // Weights rotate through several copies larger than the L2 together, so reads come from HBM.
 // Prefill (4096 tokens): the FP8 path's three steps (activations quantized per token, the
 // cuBLASLt FP8 GEMM, the scale pass) next to cuBLAS bf16, in TFLOP/s of the GEMM's 2·M·N·K.
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "fp8.cuh"
@@ -159,13 +162,27 @@ int main() {
         for (int depth : {2, 3, 4}) {   // slots in each warp's ring (kFp8GemvDepth), 1 token, automatic shape
             auto run = [&](int i, cudaStream_t st) {
                 const Fp8Matrix& W = w[i % copies];
-                if (depth == 2) fp8_gemv_launch<bf16, 1, 2>(y, x, W, 1, st, 0);
-                else if (depth == 3) fp8_gemv_launch<bf16, 1, 3>(y, x, W, 1, st, 0);
-                else fp8_gemv_launch<bf16, 1, 4>(y, x, W, 1, st, 0);
+                if (depth == 2) fp8_gemv_launch<bf16, 1, 2>(y, nullptr, x, W, 1, st, 0);
+                else if (depth == 3) fp8_gemv_launch<bf16, 1, 3>(y, nullptr, x, W, 1, st, 0);
+                else fp8_gemv_launch<bf16, 1, 4>(y, nullptr, x, W, 1, st, 0);
             };
             const float t = median_ms(run), chained = median_ms(run, 16);
             std::printf("%-8s rows 1, depth %2d%s: %.1f us, %.0f GB/s; chained %.0f GB/s\n", s.name, depth,
                         depth == kFp8GemvDepth ? " (engine)" : "", t * 1e3, fp8_bytes / t / 1e6, fp8_bytes / chained / 1e6);
+        }
+        if (std::string(s.name) == "gate|up") {   // SwiGLU in the product's epilogue, against the product + swiglu
+            bf16* a = nullptr;
+            cudaCheck(cudaMalloc(&a, 16 * (size_t)s.N / 2 * sizeof(bf16)));
+            for (int rows : {1, 8}) {
+                const float apart = median_ms([&](int i, cudaStream_t st) {
+                    fp8_gemv(y, x, w[i % copies], rows, st);
+                    swiglu(a, y, rows, s.N / 2, st);
+                }, 16);
+                const float fused = median_ms([&](int i, cudaStream_t st) { fp8_gemv_swiglu(a, x, w[i % copies], rows, st); }, 16);
+                std::printf("%-8s rows %d, chained: fp8_gemv + swiglu %.1f us, fp8_gemv_swiglu %.1f us (%.0f GB/s)\n",
+                            s.name, rows, apart * 1e3, fused * 1e3, fp8_bytes / fused / 1e6);
+            }
+            cudaFree(a);
         }
         std::printf("%-8s copy of the FP8 bytes: %.1f us, %.0f GB/s (read + write: %.0f GB/s of traffic)\n", s.name,
                     tc * 1e3, fp8_bytes / tc / 1e6, 2 * fp8_bytes / tc / 1e6);

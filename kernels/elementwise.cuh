@@ -1,5 +1,5 @@
 // elementwise.cuh: the memory-bound ops with no reduction.
-// defines: ScaledRow, embedding, swiglu, clip, convert
+// defines: ScaledRow, embedding, silu_times, swiglu, clip, convert
 //
 //   embedding  out[r, :] = table[ids[r], :]                      one block per row, a plain copy
 //   swiglu     out[r, i] = silu(gu[r, i]) * gu[r, I + i]          silu(g) = g / (1 + exp(-g))
@@ -85,6 +85,9 @@ void embedding(T* out, const T* table, const int* ids, int rows, int H, cudaStre
 
 // ---- swiglu ----
 
+// silu(gate) · up, the one formula of every SwiGLU on the GPU (fp8_gemv's epilogue too).
+__device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+
 template <typename T, typename X, int N, bool SCALED>
 __global__ void swiglu_kernel(T* out, const X* gu, PendingScale s, int rows, int I) {
     allow_dependent_launch();   // see the file comment
@@ -96,7 +99,7 @@ __global__ void swiglu_kernel(T* out, const X* gu, PendingScale s, int rows, int
         const ScaledRow<X, SCALED> row(gu, r, 2 * I, s);
         const Pack<float, N> gate = row.template load<N>(c), up = row.template load<N>(I + c);
         Pack<T, N> o;
-        for (int j = 0; j < N; j++) o.v[j] = from_float<T>(gate.v[j] / (1.0f + expf(-gate.v[j])) * up.v[j]);
+        for (int j = 0; j < N; j++) o.v[j] = from_float<T>(silu_times(gate.v[j], up.v[j]));
         reinterpret_cast<Pack<T, N>*>(out + r * I)[c / N] = o;
     }
 }

@@ -1,5 +1,5 @@
 // fp8.cuh: FP8 (E4M3) weights: per-row quantization, and the matrix product for a few tokens.
-// defines: quantize_rows_fp8, scale_rows_cols, fp8_gemv, kFp8GemvMaxRows
+// defines: quantize_rows_fp8, scale_rows_cols, fp8_gemv, fp8_gemv_swiglu, kFp8GemvMaxRows
 //
 // Storage (src/fp8.h has the format and the CPU reference): a weight W [N, K] becomes
 //     q [N16, ld] E4M3 and scale [N16] fp32,   W[n, k] ≈ scale[n] · q[n, k]
@@ -22,6 +22,11 @@
 // through shared memory at the end. The first D - 1 chunks are asked for before the kernel
 // waits for the one ahead of it (a programmatic dependent launch): weights do not depend on it.
 // D = 2 (one chunk in flight per warp) streamed fastest; deeper rings were slower (docs/fp8.md).
+//
+// fp8_gemv_swiglu: the same product of the fused gate | up weight [2I, K], with SwiGLU in its
+// epilogue: a[r, i] = silu(y[r, i]) · y[r, I + i] in T, so the MLP needs no kernel between its
+// two products. Block b takes gate rows 8b .. 8b+7 and the up rows I + 8b .. I + 8b + 7 in
+// place of a tile's two halves, so each lane holds a gate and its up for the same tokens.
 //
 // Which column of the mma goes where: a dot product does not care about the order of its
 // terms, so instead of the mma's own column order the lanes take contiguous bytes. In a chunk,
@@ -160,15 +165,18 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 // in the warp's ring (cp.async: no registers held, no other thread involved, so no barrier) and
 // later reads exactly those bytes back. The tokens' 16 values of the next chunk are loaded one
 // chunk ahead, so that their latency hides behind this chunk's work.
-template <typename T, int GROUPS, int D>
+// SWIGLU: the output is a [rows, N/2] in T (fp8_gemv_swiglu above), y is unused.
+template <typename T, int GROUPS, int D, bool SWIGLU>
 __global__ void __launch_bounds__(512, 1)
-    fp8_gemv_kernel(float* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ q,
+    fp8_gemv_kernel(float* __restrict__ y, T* __restrict__ a, const T* __restrict__ x, const uint8_t* __restrict__ q,
                     const float* __restrict__ scale, int rows, int N, int K, int ld) {
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int n0 = blockIdx.x * 16, chunks = (K + 63) / 64;
+    const int chunks = (K + 63) / 64;
     const int mine = warp < chunks ? (chunks - warp + warps - 1) / warps : 0;   // this warp's chunks
-    const uint8_t* w_lo = q + (int64_t)(n0 + g) * ld + 16 * t;   // row n0+g, this lane's 16 bytes of chunk 0
-    const uint8_t* w_hi = w_lo + 8 * (int64_t)ld;                // row n0+g+8
+    // The block's two halves of 8 rows: n_lo .. n_lo+7 and n_hi .. n_hi+7 (a gate and its up).
+    const int n_lo = blockIdx.x * (SWIGLU ? 8 : 16), n_hi = n_lo + (SWIGLU ? N / 2 : 8);
+    const uint8_t* w_lo = q + (int64_t)(n_lo + g) * ld + 16 * t;   // row n_lo+g, this lane's 16 bytes of chunk 0
+    const uint8_t* w_hi = w_lo + (int64_t)(n_hi - n_lo) * ld;       // row n_hi+g
     // smem: the rings [warps][D][2 rows][32 lanes] of 16 bytes, then the partial sums.
     extern __shared__ uint4 smem[];
     const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem) + (warp * D * 64 + lane) * 16;
@@ -211,19 +219,28 @@ __global__ void __launch_bounds__(512, 1)
     }
 
     // Sum the warps' partial products; warp 0 scales and writes. acc[gr][i] is output channel
-    // n0 + g (+8 for i >= 2) of token 8gr + 2t + i%2. part: [warps][GROUPS * 4][32].
+    // n_lo + g (n_hi + g for i >= 2) of token 8gr + 2t + i%2. part: [warps][GROUPS * 4][32].
     float* part = reinterpret_cast<float*>(smem + warps * D * 64);
 #pragma unroll
     for (int i = 0; i < GROUPS * 4; i++) part[(warp * GROUPS * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
     __syncthreads();
     allow_dependent_launch();
     if (warp != 0) return;
-#pragma unroll
-    for (int i = 0; i < GROUPS * 4; i++) {
+    auto total = [&](int i) {   // y of acc[i / 4][i % 4], scaled
         float sum = 0.0f;
         for (int w = 0; w < warps; w++) sum += part[(w * GROUPS * 4 + i) * 32 + lane];
-        const int n = n0 + g + (i % 4 >= 2 ? 8 : 0), r = i / 4 * 8 + 2 * t + i % 2;
-        if (n < N && r < rows) y[(int64_t)r * N + n] = sum * scale[n];
+        return sum * scale[(i % 4 >= 2 ? n_hi : n_lo) + g];
+    };
+#pragma unroll
+    for (int i = 0; i < GROUPS * 4; i++) {
+        const int r = i / 4 * 8 + 2 * t + i % 2;
+        if constexpr (SWIGLU) {   // i % 4 < 2: a gate, whose up is i + 2
+            const int n = n_lo + g, I = N / 2;
+            if (i % 4 < 2 && n < I && r < rows) a[(int64_t)r * I + n] = from_float<T>(silu_times(total(i), total(i + 2)));
+        } else {
+            const int n = (i % 4 >= 2 ? n_hi : n_lo) + g;
+            if (n < N && r < rows) y[(int64_t)r * N + n] = total(i);
+        }
     }
 }
 
@@ -241,9 +258,9 @@ struct Fp8GemvShape {
 // be. The shared memory is then padded so that no more blocks fit an SM than the wave needs:
 // launched early (as a dependent), the blocks would otherwise pile onto the SMs that are free
 // first and leave others idle.
-template <typename T, int GROUPS, int D>
+template <typename T, int GROUPS, int D, bool SWIGLU = false>
 Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
-    constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D>;
+    constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, SWIGLU>;
     static const int sms = [] {
         int device = 0, n = 0;
         cudaCheck(cudaGetDevice(&device));
@@ -268,19 +285,30 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
 }
 
 // y [rows, N] fp32 = x [rows, K] (T = __half or __nv_bfloat16) times W [N, K]ᵀ in FP8, for
-// 1 <= rows <= kFp8GemvMaxRows. Launched as a dependent launch: the weights start streaming
-// before the kernel ahead (which writes x) has finished. warps: per block, 1..16 (0: fp8_gemv_shape).
-template <typename T, int GROUPS, int D = kFp8GemvDepth>
-void fp8_gemv_launch(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps) {
-    allow_smem<fp8_gemv_kernel<T, GROUPS, D>>(kMaxSmemBytes);   // before the occupancy queries: padded blocks pass 48 KB
-    const Fp8GemvShape shape = warps == 0 ? fp8_gemv_shape<T, GROUPS, D>(W) : Fp8GemvShape{warps, fp8_gemv_smem<GROUPS, D>(warps)};
-    launch_dependent(fp8_gemv_kernel<T, GROUPS, D>, dim3(fp8_padded_rows(W.N) / 16), dim3(shape.warps * 32), shape.smem,
-                     stream, y, x, (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
+// 1 <= rows <= kFp8GemvMaxRows; or with SWIGLU a [rows, N/2] in T (fp8_gemv_swiglu). Launched
+// as a dependent launch: the weights start streaming before the kernel ahead (which writes x)
+// has finished. warps: per block, 1..16 (0: fp8_gemv_shape). Either way the grid has one block
+// per 16 rows of W.
+template <typename T, int GROUPS, int D = kFp8GemvDepth, bool SWIGLU = false>
+void fp8_gemv_launch(float* y, T* a, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps) {
+    constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, SWIGLU>;
+    allow_smem<kernel>(kMaxSmemBytes);   // before the occupancy queries: padded blocks pass 48 KB
+    const Fp8GemvShape shape =
+        warps == 0 ? fp8_gemv_shape<T, GROUPS, D, SWIGLU>(W) : Fp8GemvShape{warps, fp8_gemv_smem<GROUPS, D>(warps)};
+    launch_dependent(kernel, dim3(fp8_padded_rows(W.N) / 16), dim3(shape.warps * 32), shape.smem, stream, y, a, x,
+                     (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
 }
 template <typename T>
 void fp8_gemv(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps = 0) {
-    if (rows <= 8) fp8_gemv_launch<T, 1>(y, x, W, rows, stream, warps);
-    else fp8_gemv_launch<T, 2>(y, x, W, rows, stream, warps);
+    if (rows <= 8) fp8_gemv_launch<T, 1>(y, (T*)nullptr, x, W, rows, stream, warps);
+    else fp8_gemv_launch<T, 2>(y, (T*)nullptr, x, W, rows, stream, warps);
+}
+// a [rows, I] (T) = silu(gate) · up of y = x · Wᵀ, W [2I, K] the fused gate | up weight.
+template <typename T>
+void fp8_gemv_swiglu(T* a, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps = 0) {
+    if (W.N % 2 != 0) fail("fp8_gemv_swiglu: the gate | up weight has an odd row count");
+    if (rows <= 8) fp8_gemv_launch<T, 1, kFp8GemvDepth, true>(nullptr, a, x, W, rows, stream, warps);
+    else fp8_gemv_launch<T, 2, kFp8GemvDepth, true>(nullptr, a, x, W, rows, stream, warps);
 }
 
 }  // namespace olmo

@@ -260,6 +260,16 @@ private:
         s = {};
     }
 
+    // a [rows, I] (T) = silu(gate) · up of x · Wᵀ, W [2I, K] the fused gate | up weight. FP8
+    // weights and a few rows (decode): one kernel, SwiGLU in the product's epilogue; else the
+    // product into gu_ [rows, 2I], then swiglu.
+    void gate_up_swiglu(T* a, const T* x, const Weight<T>& W, int rows) {
+        if constexpr (!std::is_same_v<T, float>)
+            if (W.f8.q && rows <= kFp8GemvMaxRows) return fp8_gemv_swiglu(a, x, W.f8, rows, stream_);
+        const PendingScale s = linear(gu_, x, W, rows);
+        swiglu(a, gu_, rows, W.N / 2, stream_, s);
+    }
+
     // The same in T with cuBLAS. In its column-major terms: yᵀ (N x rows) = W (op T of the
     // K x N column-major view) · xᵀ (K x rows).
     void gemm(float* y, const T* x, const T* W, int rows, int K, int N) {
@@ -320,7 +330,7 @@ private:
     // of each sequence's last token in logits_ [batch, V]; with `score` (a prefill chunk) instead
     // each row's log-probability of targets_[row] in logprobs_ [n] (score_rows).
     void forward_rows(int n, int batch, bool prefill, bool score = false) {
-        const int H = c_.hidden, I = c_.intermediate, hd = c_.head_dim, Q = c_.q_dim(), KV = c_.kv_dim();
+        const int H = c_.hidden, hd = c_.head_dim, Q = c_.q_dim(), KV = c_.kv_dim();
         const int QKV = Q + 2 * KV, nH = c_.n_heads, nKV = c_.n_kv_heads;
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
@@ -365,8 +375,7 @@ private:
             else add_rmsnorm(x_, o_, W.attn_norm, xn_, n, H, eps, stream_, s_o); // x += RMSNorm(o); xn = x
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
-            const PendingScale s_gu = linear(gu_, xn_, W.wgu, n);                // [n, 2I]
-            swiglu(a_, gu_, n, I, stream_, s_gu);                                // [n, I]
+            gate_up_swiglu(a_, xn_, W.wgu, n);                                   // [n, I]
             const PendingScale s_down = linear(o_, a_, W.wdown, n);              // [n, H]
             emit(name + "mlp", o_, n, H, H);
             if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_, s_down);  // also the next layer's LN

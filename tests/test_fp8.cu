@@ -8,7 +8,8 @@
 // - fp8_gemv (1..16 tokens) and the cuBLASLt FP8 GEMM (17+ tokens) against the CPU product of
 //   the same codes and scales (so only summation order differs; cuBLASLt's FP8 tensor cores
 //   accumulate with fewer bits, hence its looser bar), on K and N that are not multiples of the
-//   tiles, K = 1, and extreme weights: never a NaN.
+//   tiles, K = 1, and extreme weights: never a NaN. fp8_gemv_swiglu (decode's gate | up with
+//   SwiGLU in its epilogue) against fp8_gemv + swiglu, bit for bit, and the CPU.
 // - The readers of the GEMM's output apply its pending scales bit for bit as the scale pass.
 // - The engine in FP8 against the fp32 engine on a random checkpoint: prefill (both paths) and
 //   decode logits within a bar, greedy continuation mostly unchanged.
@@ -17,6 +18,7 @@
 
 #include <cstring>
 
+#include "cpu_ops.h"
 #include "engine.h"
 #include "fp8.cuh"
 #include "fp8.h"
@@ -169,6 +171,35 @@ template <typename T> void check_gemv(std::mt19937& rng) {
 }
 TEST_F(Fp8, GemvMatchesReferenceBf16) { check_gemv<__nv_bfloat16>(rng); }
 TEST_F(Fp8, GemvMatchesReferenceFp16) { check_gemv<__half>(rng); }
+
+// fp8_gemv_swiglu (SwiGLU in the product's epilogue) gives, bit for bit, fp8_gemv followed by
+// swiglu: the same sums, the same formula. With awkward weights, and with ordinary ones against
+// the CPU; intermediate sizes that are not multiples of its 8-row halves, 1..16 tokens.
+template <typename T> void check_gemv_swiglu(std::mt19937& rng) {
+    for (auto [I, K] : {std::pair{1, 1}, {8, 64}, {13, 7}, {45, 65}, {500, 1000}})
+        for (int rows : {1, 2, 7, 8, 9, 16})
+            for (bool awkward : {true, false}) {
+                const std::string what = fmt("fp8_gemv_swiglu %s I=%d K=%d rows=%d%s", dtype_name<T>(), I, K, rows,
+                                             awkward ? " awkward" : "");
+                Fp8Weights W(2 * I, K);
+                W.quantize<T>(rounded<T>(awkward ? awkward_rows(2 * I, K, rng) : randn((size_t)2 * I * K, rng, 0.0f, 0.05f)));
+                const std::vector<float> x = rounded<T>(randn((size_t)rows * K, rng));
+                DeviceArray<T> dx(to_dtype<T>(x)), fused((size_t)rows * I), apart((size_t)rows * I);
+                DeviceArray<float> gu((size_t)rows * 2 * I);
+                fp8_gemv_swiglu(fused.get(), dx.get(), W.m, rows, 0);
+                fp8_gemv(gu.get(), dx.get(), W.m, rows, 0);
+                swiglu(apart.get(), gu.get(), rows, I, 0);
+                const std::vector<T> got = fused.download(), want = apart.download();
+                EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0) << what << ": differs from the two kernels";
+                if (awkward) continue;
+                const std::vector<float> y = product_ref(x, W, rows);
+                std::vector<float> ref((size_t)rows * I);
+                cpu::swiglu(ref.data(), y.data(), rows, I);
+                expect_close(to_f32(got), ref, tolerance<T>(), what);
+            }
+}
+TEST_F(Fp8, GemvSwigluMatchesTwoKernelsBf16) { check_gemv_swiglu<__nv_bfloat16>(rng); }
+TEST_F(Fp8, GemvSwigluMatchesTwoKernelsFp16) { check_gemv_swiglu<__half>(rng); }
 
 // The prefill path: x quantized per row, then cuBLASLt (output widths a multiple of 16: the
 // engine sends the others to fp8_gemv, which EngineCloseToFp32 covers with a vocabulary of 1007).
