@@ -62,14 +62,6 @@ int* device_table(int rows, int stride, bool shuffled) {
     return d;
 }
 
-// attention_decode's workspace, its counters zeroed as it wants them.
-void* decode_workspace(int nH, int hd, int s_cap, int batch) {
-    void* ws;
-    cudaCheck(cudaMalloc(&ws, attention_decode_workspace_bytes(nH, hd, s_cap, batch)));
-    cudaCheck(cudaMemset(ws, 0, attention_decode_counter_bytes(nH)));
-    return ws;
-}
-
 // Median time in ms of run(i) over `reps` launches, events recorded between launches so that
 // the host stays ahead of the GPU and launch latency is not timed.
 template <typename F>
@@ -221,7 +213,7 @@ void bench_decode(int nH, int nKV, Results& res) {
     cudaCheck(cudaMalloc(&pos0, sizeof(int)));
     const int last = ctx - 1;
     cudaCheck(cudaMemcpy(pos0, &last, sizeof(int), cudaMemcpyHostToDevice));
-    ws = decode_workspace(nH, hd, ctx, 1);
+    cudaCheck(cudaMalloc(&ws, attention_decode_workspace_bytes(nH, hd, ctx, 1)));
     cudaCheck(cudaMalloc(&naive_ws, attention_naive_workspace_bytes(1, 1, nH, ctx)));
     int *table = device_table(1, ctx / kBlock, false), *shuffled = device_table(1, ctx / kBlock, true);
     auto params = [&](int s, const int* t = nullptr) {
@@ -244,13 +236,23 @@ void bench_decode(int nH, int nKV, Results& res) {
     const double ms_shuffled =
         graph_ms([&](int i, cudaStream_t st) { attention_decode(params(i % sets, shuffled), ws, st); }, 20, 30);
     const int count = attn::decode_slot_count<bf16, 128>(ctx, nKV, 1);
+    // The split kernel alone (without the combine), to see where the time goes.
+    float* o_part = static_cast<float*>(ws);
+    float* lse_part = o_part + (size_t)count * nH * hd;
+    const double ms_split = median_ms(
+        [&](int i) {
+            attn::attention_decode_kernel<bf16, 128, attn::kDecodeStages><<<dim3(nKV, count), attn::kDecodeThreads, attn::decode_smem_bytes<128>()>>>(
+                params(i % sets), count, o_part, lse_part);
+            cudaCheckLaunch();
+        },
+        20, 400);
     AttnParams<bf16> pn = params(0);
     pn.out = ref;
     attention_naive(pn, naive_ws, 0);
     attention_decode(params(0), ws, 0);
     const double err = rel_l2(out, ref, nq);
-    printf("decode ctx=%d %2d/%-2d heads: %7.2f us %5.2f TB/s  (%d splits)  rel-L2 vs naive %.2e\n", ctx, nH, nKV, ms * 1e3,
-           bytes / ms / 1e9, count, err);
+    printf("decode ctx=%d %2d/%-2d heads: %7.2f us %5.2f TB/s  (split kernel alone %7.2f us %5.2f TB/s; %d splits)  rel-L2 vs naive %.2e\n",
+           ctx, nH, nKV, ms * 1e3, bytes / ms / 1e9, ms_split * 1e3, bytes / ms_split / 1e9, count, err);
     printf("  as a CUDA graph (20 calls per replay): %7.2f us %5.2f TB/s\n", ms_graph * 1e3, bytes / ms_graph / 1e9);
     printf("  read roofline: a plain kernel reading the same K+V bytes (graph): %7.2f us %5.2f TB/s\n", ms_read * 1e3,
            bytes / ms_read / 1e9);
@@ -295,7 +297,7 @@ void bench_decode_batch(int nH, int nKV, const std::vector<int>& len, const char
     cudaCheck(cudaMalloc(&ref, nq * sizeof(bf16)));
     cudaCheck(cudaMalloc(&pos0, batch * sizeof(int)));
     cudaCheck(cudaMemcpy(pos0, last.data(), batch * sizeof(int), cudaMemcpyHostToDevice));
-    ws = decode_workspace(nH, hd, s_cap, batch);
+    cudaCheck(cudaMalloc(&ws, attention_decode_workspace_bytes(nH, hd, s_cap, batch)));
     cudaCheck(cudaMalloc(&naive_ws, attention_naive_workspace_bytes(batch, 1, nH, s_cap)));
     const AttnParams<bf16> p{q, k, v, out, 1, pos0, nH, nKV, hd, 0, 1.0f / std::sqrt((float)hd), s_cap, table, stride, kBlock, batch};
     const double bytes = 2.0 * keys * nKV * hd * sizeof(bf16);

@@ -11,8 +11,7 @@
 //   attention_prefill_hopper.cuh  the same on Hopper: TMA producer, wgmma consumers
 //   attention_decode.cuh   flash-decoding for a step of many sequences, then the merge
 // defines: attention_device_problem, attention_naive, attention_naive_workspace_bytes,
-//          attention_prefill, attention_decode, attention_decode_workspace_bytes,
-//          attention_decode_counter_bytes (and, from
+//          attention_prefill, attention_decode, attention_decode_workspace_bytes (and, from
 //          attention_params.cuh, AttnParams, attention_supports_head_dim,
 //          attention_supported_head_dims)
 //
@@ -34,8 +33,7 @@
 //                      attention_prefill_hopper.cuh (FlashAttention-3's design) instead.
 //   attention_decode   flash-decoding for a few query rows per sequence, all sequences of a step
 //                      in one launch: their keys are cut into splits that blocks process in
-//                      parallel (long sequences get more splits); the last split of each
-//                      sequence and KV head to finish merges them.
+//                      parallel (long sequences get more splits), then a second kernel merges them.
 // For T = float the prefill and decode entry points run a simple warp-per-row kernel instead
 // (tensor cores take 16-bit operands; fp32 serves as the exact reference path).
 //
@@ -162,13 +160,10 @@ void attention_prefill(const AttnParams<T>& p, cudaStream_t stream, PrefillKerne
     }
 }
 
-// Workspace of attention_decode for `batch` sequences of up to max_n_q queries each: counters of
-// the splits done (the first attention_decode_counter_bytes(nH) bytes, which must be zero before
-// the first call: every call leaves them zero), then per split slot, per (token, head) row, hd
-// fp32 partial outputs and one log-sum-exp.
-inline size_t attention_decode_counter_bytes(int nH) { return attn::decode_counter_bytes(nH); }
+// Workspace of attention_decode for `batch` sequences of up to max_n_q queries each: per split
+// slot, per (token, head) row, hd fp32 partial outputs and one log-sum-exp.
 inline size_t attention_decode_workspace_bytes(int nH, int hd, int s_cap, int batch, int max_n_q = 1) {
-    return attn::decode_counter_bytes(nH) + sizeof(float) * attn::decode_max_slots(s_cap, batch) * max_n_q * nH * (hd + 1);
+    return sizeof(float) * attn::decode_max_slots(s_cap, batch) * max_n_q * nH * (hd + 1);
 }
 
 // Flash-decoding for n_q * (nH / nKV) <= 16 query rows per sequence and KV head (one token: any
@@ -182,8 +177,6 @@ void attention_decode(const AttnParams<T>& p, void* workspace, cudaStream_t stre
         (void)workspace;
         attn::launch_rowwise(p, stream);
     } else {
-        if (p.batch > attn::kMaxSlots / 2)
-            fail("attention_decode: batch " + std::to_string(p.batch) + " exceeds " + std::to_string(attn::kMaxSlots / 2));
         if (p.n_q * (p.nH / p.nKV) > attn::kDecodeRows)
             fail("attention_decode: n_q * nH / nKV = " + std::to_string(p.n_q * (p.nH / p.nKV)) +
                  " query rows per KV head exceed 16; use attention_prefill");

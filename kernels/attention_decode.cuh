@@ -1,14 +1,14 @@
 // attention_decode.cuh: flash-decoding for a few query rows per sequence, every sequence of a
 // decode step in one launch, on mma.sync tensor cores.
 // defines: attn::kDecodeRows, attn::kDecodeBN, attn::kDecodeThreads, attn::kDecodeStages,
-//          attn::kMaxSlots, attn::attention_decode_kernel, attn::decode_smem_bytes,
-//          attn::decode_counter_bytes, attn::decode_max_slots, attn::decode_slot_count, attn::launch_decode
+//          attn::kMaxSlots, attn::attention_decode_kernel, attn::attention_combine_kernel,
+//          attn::decode_smem_bytes, attn::decode_max_slots, attn::decode_slot_count, attn::launch_decode
 //
 // One new token has too few query rows to fill the GPU with blocks of queries, so the keys are
 // split instead: split s of a row's visible keys gives (c = scale·log2(e))
 //     o_s = Σ_{j in s} 2^(c·s_j - c·m_s) v_j / l_s,   l_s = Σ_{j in s} 2^(c·s_j - c·m_s),
 //     lse_s = c·m_s + log2(l_s)                       (the log2-sum-exp of its scaled scores)
-// by the flash steps of attention_steps.cuh, and the last split to finish merges them exactly:
+// by the flash steps of attention_steps.cuh, and a second kernel merges them exactly:
 //     out = Σ_s 2^(lse_s - M) · o_s / Σ_s 2^(lse_s - M),   M = max_s lse_s.
 //
 // Split kernel: n_q*g <= 16 query rows per sequence (one token: the g heads of a KV group).
@@ -27,11 +27,10 @@
 //   16w .. 16w+15 of each tile and keeps its own online-softmax state (m, l, o) over them. At
 //   the end the 4 warps' states merge through shared memory and the block writes, per row, o_s
 //   and lse_s.
-// The merge: the blocks of one (sequence, KV head) count themselves done on a counter in the
-//   workspace (an atomic add after a memory fence, last_to_finish); the block that counts last
-//   reads the run's n splits back from L2, writes the merged rows and sets the counter back to
-//   zero. A separate merge kernel cost a kernel boundary per layer at decode (docs/fp8.md has the
-//   measurement).
+// Combine kernel: one block per (token, head) row, over its sequence's splits, in one pass with
+//   a running max (the online softmax again, over splits). It is launched as a programmatic
+//   dependent of the split kernel where the GPU has those (launch_dependent): its blocks start
+//   while the split kernel drains and wait (grid_dependency_wait) until its writes are visible.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -145,46 +144,9 @@ __device__ __forceinline__ void merge_warps(float* scratch, const float (&o)[1][
     }
 }
 
-// The merge of a run's n splits into the output rows of `map` (the formula at the top): a warp
-// per row finds M = max_s lse_s and 1/Σ_s 2^(lse_s - M), then each thread sums output elements
-// over the splits. The splits were written by other blocks, so they are read from L2 (__ldcg).
-template <typename T, int HD>
-__device__ __forceinline__ void merge_splits(const AttnParams<T>& p, const RowMap& map, const SlotRun& run,
-                                             const float* o_part, const float* lse_part) {
-    constexpr int WARPS = kDecodeThreads / 32;
-    __shared__ float row_max[kDecodeRows], row_inv[kDecodeRows];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rows_slot = p.n_q * p.nH;
-    auto part = [&](int s, int r) {   // row r's place in split s
-        return (int64_t)(run.first + s) * rows_slot + r / map.g * p.nH + map.head(r);
-    };
-    for (int r = warp; r < map.rows; r += WARPS) {
-        float mx = -INFINITY, sum = 0.0f;
-        for (int s = lane; s < run.n; s += 32) mx = fmaxf(mx, __ldcg(lse_part + part(s, r)));
-        mx = warp_reduce(mx, MaxOp{});
-        for (int s = lane; s < run.n; s += 32) {
-            const float x = __ldcg(lse_part + part(s, r));
-            sum += x == -INFINITY ? 0.0f : exp2f(x - mx);
-        }
-        sum = warp_reduce(sum, SumOp{});
-        if (lane == 0) row_max[r] = mx, row_inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < map.rows * p.hd; i += kDecodeThreads) {
-        const int r = i / p.hd, d = i % p.hd;
-        float acc = 0.0f;
-        for (int s = 0; s < run.n; s++) {
-            const float x = __ldcg(lse_part + part(s, r));
-            if (x != -INFINITY) acc += exp2f(x - row_max[r]) * __ldcg(o_part + part(s, r) * p.hd + d);
-        }
-        p.out[((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + d] = from_float<T>(acc * row_inv[r]);
-    }
-}
-
 // o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
-// done [nKV][kMaxSlots]: the counter of the run that starts at slot f is done[kvh][f] (zero
-// between launches).
 template <typename T, int HD, int STAGES>
-__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int slots, int* done,
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int slots,
                                                                           float* o_part, float* lse_part) {
     constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8, WARPS = kDecodeThreads / 32;
     static_assert(STAGES <= 8, "the table ring runs 8 tiles ahead (TableWindow)");
@@ -194,8 +156,8 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     auto k_stage = [&](int s) { return sq.rows_from(kDecodeRows + 2 * s * BN); };
     auto v_stage = [&](int s) { return sq.rows_from(kDecodeRows + (2 * s + 1) * BN); };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slot = blockIdx.y;
-    // The product after us (fp8_gemv) may launch at once: its weights then stream while we run,
-    // and it waits for our output before reading it.
+    // The combine kernel may launch at once (it waits for our writes anyway), and with it the
+    // product after it (fp8_gemv), whose weights then stream while we run.
     allow_dependent_launch();
 
     const SlotRun run = plan_slots(p, slots, -1, slot);
@@ -256,7 +218,56 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     }
     cp_async_wait<0>();
     merge_warps<T, HD>(reinterpret_cast<float*>(smem) + kDecodeRows * HD / 2, o, m, l, p, map, slot, c, o_part, lse_part);
-    if (last_to_finish(done + blockIdx.x * kMaxSlots + run.first, run.n)) merge_splits<T, HD>(p, map, run, o_part, lse_part);
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams<T> p, int slots, const float* o_part,
+                                                                const float* lse_part) {
+    constexpr int COLS = HD / 4, GROUPS = 256 / COLS;  // float4 columns x groups of splits
+    __shared__ float4 part[GROUPS][COLS];
+    __shared__ float part_m[GROUPS], part_l[GROUPS];
+    const int row = blockIdx.x, rows_slot = p.n_q * p.nH;  // row = (b * n_q + t) * nH + head
+    const int seq = row / rows_slot, local = row % rows_slot;
+    const int col = threadIdx.x % COLS, grp = threadIdx.x / COLS;
+    const bool live = col < p.hd / 4;  // columns past hd (a padded tile) have nothing to merge
+    // pos0 is written before the split kernel starts (stream order), so the plan needs no wait.
+    allow_dependent_launch();  // the kernel behind us (the o product) waits for our output before reading it
+    const SlotRun run = plan_slots(p, slots, seq, -1);
+    grid_dependency_wait();
+
+    // Each group merges splits grp, grp + GROUPS, ... with a running max m and sum l.
+    float m = -INFINITY, l = 0.0f;
+    float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+    for (int s = grp; live && s < run.n; s += GROUPS) {
+        const int64_t r = (int64_t)(run.first + s) * rows_slot + local;
+        const float x = lse_part[r];
+        const float4 v = reinterpret_cast<const float4*>(o_part + r * p.hd)[col];
+        const float m_new = fmaxf(m, x);
+        const float a = m == -INFINITY ? 0.0f : exp2f(m - m_new), b = x == -INFINITY ? 0.0f : exp2f(x - m_new);
+        acc = {acc.x * a + v.x * b, acc.y * a + v.y * b, acc.z * a + v.z * b, acc.w * a + v.w * b};
+        l = l * a + b;
+        m = m_new;
+    }
+    part[grp][col] = acc;
+    if (col == 0) part_m[grp] = m, part_l[grp] = l;
+    __syncthreads();
+    if (grp != 0 || !live) return;
+    float mx = -INFINITY, lsum = 0.0f;
+    for (int j = 0; j < GROUPS; j++) mx = fmaxf(mx, part_m[j]);
+    acc = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < GROUPS; j++) {
+        const float w = part_m[j] == -INFINITY ? 0.0f : exp2f(part_m[j] - mx);
+        const float4 v = part[j][col];
+        acc = {acc.x + w * v.x, acc.y + w * v.y, acc.z + w * v.z, acc.w + w * v.w};
+        lsum += w * part_l[j];
+    }
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    T* dst = p.out + (int64_t)row * p.hd + col * 4;
+    dst[0] = from_float<T>(acc.x * inv);
+    dst[1] = from_float<T>(acc.y * inv);
+    dst[2] = from_float<T>(acc.z * inv);
+    dst[3] = from_float<T>(acc.w * inv);
 }
 
 template <int HD, int STAGES = kDecodeStages>
@@ -265,9 +276,6 @@ constexpr int decode_smem_bytes() {
     static_assert(bytes <= kMaxSmemBytes, "shared memory per block");
     return bytes;
 }
-
-// The workspace's counters (attention_decode_kernel's `done`) for nH >= nKV heads, at its start.
-inline size_t decode_counter_bytes(int nH) { return sizeof(int) * (size_t)nH * kMaxSlots; }
 
 // The most split slots per KV head a decode of `batch` sequences of up to s_cap positions uses
 // (the workspace is sized for it): kMaxSlots or 2·batch, and never more than one per tile.
@@ -292,15 +300,15 @@ int decode_slot_count(int s_cap, int nKV, int batch) {
     return std::min(decode_max_slots(s_cap, batch), std::max(2 * batch, resident / nKV));
 }
 
-// slots: split slots per KV head (decode_slot_count; the workspace must hold that many). The
-// workspace: the counters (zero), then the splits' o_part and lse_part.
+// slots: split slots per KV head (decode_slot_count; the workspace must hold that many).
 template <typename T, int HD, int STAGES = kDecodeStages>
 void launch_decode(const AttnParams<T>& p, void* workspace, int slots, cudaStream_t stream) {
-    int* done = static_cast<int*>(workspace);
-    float* o_part = reinterpret_cast<float*>(static_cast<char*>(workspace) + decode_counter_bytes(p.nH));
+    float* o_part = static_cast<float*>(workspace);
     float* lse_part = o_part + (size_t)slots * p.n_q * p.nH * p.hd;
     launch_dependent(attention_decode_kernel<T, HD, STAGES>, dim3(p.nKV, slots), dim3(kDecodeThreads),
-                     decode_smem_bytes<HD, STAGES>(), stream, p, slots, done, o_part, lse_part);
+                     decode_smem_bytes<HD, STAGES>(), stream, p, slots, o_part, lse_part);
+    launch_dependent(attention_combine_kernel<T, HD>, dim3(p.batch * p.n_q * p.nH), dim3(256), 0, stream, p, slots,
+                     (const float*)o_part, (const float*)lse_part);
 }
 
 }  // namespace attn

@@ -3,7 +3,7 @@
 //          with_flag, aligned16,
 //          aligned, SumOp, MaxOp, MinOp, warp_reduce, block_reduce, grid_dependency_wait,
 //          allow_dependent_launch, last_to_finish, launch_with, launch_dependent, allow_smem, kSmemPerSmBytes,
-//          kSmemReservedBytes, kMaxSmemBytes (and, from src/device_caps.h, what the GPU offers)
+//          static_smem_bytes, kSmemReservedBytes, kMaxSmemBytes (and, from src/device_caps.h, what the GPU offers)
 //
 // Errors: every CUDA / cuBLAS call is wrapped, and a failure throws olmo::Error naming
 // file:line, the statement's text and the library's message. After each kernel launch,
@@ -173,6 +173,18 @@ void allow_smem(int bytes) {
         return true;
     }();
     (void)done;
+}
+
+// The static shared memory of a kernel (its __shared__ variables), which counts against the
+// same 227 KB as the dynamic shared memory a launch asks for.
+template <auto Kernel>
+int static_smem_bytes() {
+    static const int bytes = [] {
+        cudaFuncAttributes a;
+        cudaCheck(cudaFuncGetAttributes(&a, Kernel));
+        return (int)a.sharedSizeBytes;
+    }();
+    return bytes;
 }
 
 // ---- reductions (blockDim.x must be a multiple of 32) ----

@@ -304,9 +304,10 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
                 cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[w], kernel, w * 32, fp8_gemv_smem<GROUPS, D>(w)));
         return n;
     }();
-    auto padded = [](int w, int per) {   // the shared memory that lets at most `per` blocks fit an SM
-        const int fit = (kSmemPerSmBytes / per - kSmemReservedBytes) / 1024 * 1024;
-        return std::max(fp8_gemv_smem<GROUPS, D>(w), std::min(fit, kMaxSmemBytes));
+    const int fixed = static_smem_bytes<kernel>();   // the epilogue's __shared__ variables
+    auto padded = [&](int w, int per) {   // the shared memory that lets at most `per` blocks fit an SM
+        const int fit = (kSmemPerSmBytes / per - kSmemReservedBytes - fixed) / 1024 * 1024;
+        return std::max(fp8_gemv_smem<GROUPS, D>(w), std::min(fit, kMaxSmemBytes - fixed));
     };
     const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = (W.K + 63) / 64;
     for (int w : {16, 8, 6, 4, 3, 2})
@@ -325,7 +326,7 @@ void fp8_gemv_launch(float* y, T* a, const ResidualNorm<T>& norm, const T* x, co
     auto launch = [&](auto groups) {
         constexpr int GROUPS = decltype(groups)::value;
         constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, E>;
-        allow_smem<kernel>(kMaxSmemBytes);   // before the occupancy queries: padded blocks pass 48 KB
+        allow_smem<kernel>(kMaxSmemBytes - static_smem_bytes<kernel>());   // before the occupancy queries: padded blocks pass 48 KB
         const Fp8GemvShape shape =
             warps == 0 ? fp8_gemv_shape<T, GROUPS, D, E>(W) : Fp8GemvShape{warps, fp8_gemv_smem<GROUPS, D>(warps)};
         launch_dependent(kernel, dim3(fp8_padded_rows(W.N) / 16), dim3(shape.warps * 32), shape.smem, stream, y, a, norm,

@@ -79,8 +79,7 @@ public:
         buffers_.allocate();
         kv_arena_.allocate();
         carve();                 // hand out pointers
-        cudaCheck(cudaMemset(attn_ws_, 0, attention_decode_counter_bytes(c_.n_heads)));   // the counters start at zero
-        cudaCheck(cudaMemset(norm_done_, 0, sizeof(int) * 2 * c_.n_layers));
+        cudaCheck(cudaMemset(norm_done_, 0, sizeof(int) * 2 * c_.n_layers));   // the counters start at zero
         cublasCheck(cublasSetWorkspace(cublas_, cublas_ws_, kCublasWorkspace));
         if (fp8) fp8_gemm_ = std::make_unique<Fp8Gemm>(cublas_ws_, kCublasWorkspace);
         w_.load(ck, progress, stream_);

@@ -298,25 +298,12 @@ void run_naive(const AttnParams<T>& p) {
     attention_naive(p, ws.ptr, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
-// A decode workspace as attention_decode wants it: the counters zero, and the splits' area
-// NaN-poisoned (the merge must read only what the splits wrote).
-void prepare_decode_workspace(DeviceBuffer<char>& ws, int nH) {
-    ws.poison();
-    cudaCheck(cudaMemset(ws.ptr, 0, attention_decode_counter_bytes(nH)));
-}
-// The counters are back to zero after a decode (the next one relies on it).
-void expect_counters_zero(const DeviceBuffer<char>& ws, int nH) {
-    std::vector<int> done(attention_decode_counter_bytes(nH) / sizeof(int));
-    cudaCheck(cudaMemcpy(done.data(), ws.ptr, done.size() * sizeof(int), cudaMemcpyDeviceToHost));
-    EXPECT_EQ(std::count(done.begin(), done.end(), 0), (long)done.size()) << "decode left split counters set";
-}
 template <typename T>
 void run_decode(const AttnParams<T>& p) {
     DeviceBuffer<char> ws(attention_decode_workspace_bytes(p.nH, p.hd, p.s_cap, p.batch, p.n_q));
-    prepare_decode_workspace(ws, p.nH);
+    ws.poison();  // the combine must read only what the split kernel wrote
     attention_decode(p, ws.ptr, 0);
     cudaCheck(cudaDeviceSynchronize());
-    expect_counters_zero(ws, p.nH);
 }
 // Prefill takes one sequence per call: sequence b's rows of q and out, its pos0 and table row.
 template <typename T, PrefillKernel K = PrefillKernel::Best>
@@ -488,7 +475,6 @@ void expect_graph_replays() {
     for (const Case& c : cases) {
         Problem<T> pr(c, seed++);
         DeviceBuffer<char> ws(attention_decode_workspace_bytes(c.nH, c.hd, c.s_cap, pr.batch));
-        prepare_decode_workspace(ws, c.nH);
         cudaStream_t stream;
         cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         cudaGraph_t graph;
@@ -505,7 +491,6 @@ void expect_graph_replays() {
             Case now = c;
             now.pos0 = pos0;
             expect_close(pr.output(), pr.reference(), Tol<T>::rel, Tol<T>::abs, "graph replay decode bf16 " + now.str());
-            expect_counters_zero(ws, c.nH);
         }
         cudaCheck(cudaGraphExecDestroy(exec));
         cudaCheck(cudaGraphDestroy(graph));
@@ -599,8 +584,6 @@ TEST(AttentionArgs, RejectsBadShapes) {
     EXPECT_THROW(attention_decode(bad([](P& p) { p.batch = 0; }), nullptr, 0), Error);
     // 3 tokens x 8 heads = 24 rows per KV head: too many for decode
     EXPECT_THROW(attention_decode(bad([](P& p) { p.n_q = 3, p.nKV = 1; }), nullptr, 0), Error);
-    // more sequences than the split counters have room for
-    EXPECT_THROW(attention_decode(bad([](P& p) { p.batch = 513; }), nullptr, 0), Error);
 }
 
 }  // namespace

@@ -288,9 +288,7 @@ void prefill_each(Queries& qs, AttnArgs a, const std::vector<int64_t>& keys, con
 
 at::Tensor workspace(const Queries& qs, int s_cap, int batch, int n_q) {
     const size_t bytes = olmo::ext::attention_decode_workspace_bytes((int)qs.nH, (int)qs.hd, s_cap, batch, n_q);
-    at::Tensor ws = at::empty({(int64_t)bytes}, qs.q.options().dtype(at::kByte));
-    ws.narrow(0, 0, (int64_t)olmo::ext::attention_decode_counter_bytes((int)qs.nH)).zero_();   // the split counters
-    return ws;
+    return at::empty({(int64_t)bytes}, qs.q.options().dtype(at::kByte));
 }
 
 void check_decode_rows(const char* who, const Queries& qs, int64_t nKV, int64_t n_q, const char* instead) {

@@ -63,8 +63,6 @@ size_t attention_decode_workspace_bytes(int nH, int hd, int s_cap, int batch, in
     return olmo::attention_decode_workspace_bytes(nH, hd, s_cap, batch, n_q);
 }
 
-size_t attention_decode_counter_bytes(int nH) { return olmo::attention_decode_counter_bytes(nH); }
-
 bool attention_supports_head_dim(int hd) { return olmo::attention_supports_head_dim(hd); }
 
 int attention_decode_max_rows() { return attn::kDecodeRows; }

@@ -36,7 +36,6 @@ struct AttnArgs {
 void attention_prefill(const AttnArgs& a, cudaStream_t stream);
 void attention_decode(const AttnArgs& a, void* workspace, cudaStream_t stream);
 size_t attention_decode_workspace_bytes(int nH, int hd, int s_cap, int batch, int n_q);
-size_t attention_decode_counter_bytes(int nH);   // the workspace's first bytes, zero before a call
 bool attention_supports_head_dim(int hd);
 // The query rows per KV head one decode launch takes (n_q * nH / nKV at most this).
 int attention_decode_max_rows();
