@@ -162,10 +162,9 @@ int main() {
         for (int depth : {2, 3, 4}) {   // slots in each warp's ring (kFp8GemvDepth), 1 token, automatic shape
             auto run = [&](int i, cudaStream_t st) {
                 const Fp8Matrix& W = w[i % copies];
-                constexpr auto E = Fp8Epilogue::Store;
-                if (depth == 2) fp8_gemv_launch<bf16, E, 2>(y, nullptr, {}, x, W, 1, st, 0);
-                else if (depth == 3) fp8_gemv_launch<bf16, E, 3>(y, nullptr, {}, x, W, 1, st, 0);
-                else fp8_gemv_launch<bf16, E, 4>(y, nullptr, {}, x, W, 1, st, 0);
+                if (depth == 2) fp8_gemv_launch<bf16, 1, 2>(y, nullptr, x, W, 1, st, 0);
+                else if (depth == 3) fp8_gemv_launch<bf16, 1, 3>(y, nullptr, x, W, 1, st, 0);
+                else fp8_gemv_launch<bf16, 1, 4>(y, nullptr, x, W, 1, st, 0);
             };
             const float t = median_ms(run), chained = median_ms(run, 16);
             std::printf("%-8s rows 1, depth %2d%s: %.1f us, %.0f GB/s; chained %.0f GB/s\n", s.name, depth,
@@ -184,27 +183,6 @@ int main() {
                             s.name, rows, apart * 1e3, fused * 1e3, fp8_bytes / fused / 1e6);
             }
             cudaFree(a);
-        }
-        if (std::string(s.name) == "o" || std::string(s.name) == "down") {   // the residual step in the epilogue
-            float* resid = nullptr;
-            bf16 *xb = nullptr, *nw = nullptr;
-            int* done = nullptr;
-            cudaCheck(cudaMalloc(&resid, (size_t)s.N * sizeof(float)));
-            cudaCheck(cudaMalloc(&xb, (size_t)s.N * sizeof(bf16)));
-            cudaCheck(cudaMalloc(&nw, (size_t)s.N * sizeof(bf16)));
-            cudaCheck(cudaMalloc(&done, sizeof(int)));
-            cudaCheck(cudaMemset(resid, 0, (size_t)s.N * sizeof(float)));
-            cudaCheck(cudaMemset(done, 0, sizeof(int)));
-            fill<<<64, 256>>>(nw, s.N, 7);
-            const ResidualNorm<bf16> norm{resid, nw, xb, 1e-6f, done};
-            const float apart = median_ms([&](int i, cudaStream_t st) {
-                fp8_gemv(y, x, w[i % copies], 1, st);
-                add_rmsnorm(resid, y, nw, xb, 1, s.N, 1e-6f, st);
-            }, 16);
-            const float fused = median_ms([&](int i, cudaStream_t st) { fp8_gemv_add_rmsnorm(y, x, w[i % copies], norm, 1, st); }, 16);
-            std::printf("%-8s rows 1, chained: fp8_gemv + add_rmsnorm %.1f us, fp8_gemv_add_rmsnorm %.1f us (%.0f GB/s)\n",
-                        s.name, apart * 1e3, fused * 1e3, fp8_bytes / fused / 1e6);
-            for (void* b : {(void*)resid, (void*)xb, (void*)nw, (void*)done}) cudaFree(b);
         }
         std::printf("%-8s copy of the FP8 bytes: %.1f us, %.0f GB/s (read + write: %.0f GB/s of traffic)\n", s.name,
                     tc * 1e3, fp8_bytes / tc / 1e6, 2 * fp8_bytes / tc / 1e6);

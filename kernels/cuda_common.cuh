@@ -2,8 +2,8 @@
 // defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, store_pack,
 //          with_flag, aligned16,
 //          aligned, SumOp, MaxOp, MinOp, warp_reduce, block_reduce, grid_dependency_wait,
-//          allow_dependent_launch, last_to_finish, launch_with, launch_dependent, allow_smem, kSmemPerSmBytes,
-//          static_smem_bytes, kSmemReservedBytes, kMaxSmemBytes (and, from src/device_caps.h, what the GPU offers)
+//          allow_dependent_launch, launch_with, launch_dependent, allow_smem, kSmemPerSmBytes,
+//          kSmemReservedBytes, kMaxSmemBytes (and, from src/device_caps.h, what the GPU offers)
 //
 // Errors: every CUDA / cuBLAS call is wrapped, and a failure throws olmo::Error naming
 // file:line, the statement's text and the library's message. After each kernel launch,
@@ -129,23 +129,6 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
-// Whether this block is the last of the n blocks that share `counter` to get here (each calls it
-// once, after writing its part of a result); that block may then read every part, and it sets
-// the counter back to zero for the next launch, so the counter must be zero before the first.
-// The fence makes each thread's writes visible to the whole device before its block is counted;
-// the last block should read the others' parts from L2 (__ldcg), not from its own L1.
-__device__ __forceinline__ bool last_to_finish(int* counter, int n) {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(counter, 1) == n - 1;
-        if (last) atomicExch(counter, 0);   // every other block has counted already
-    }
-    __syncthreads();
-    return last;
-}
-
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch where
 // the GPU has them (device_caps().pdl), else as a plain one: its blocks may start before the
 // previous kernel in the stream has finished, and must execute grid_dependency_wait() before
@@ -173,18 +156,6 @@ void allow_smem(int bytes) {
         return true;
     }();
     (void)done;
-}
-
-// The static shared memory of a kernel (its __shared__ variables), which counts against the
-// same 227 KB as the dynamic shared memory a launch asks for.
-template <auto Kernel>
-int static_smem_bytes() {
-    static const int bytes = [] {
-        cudaFuncAttributes a;
-        cudaCheck(cudaFuncGetAttributes(&a, Kernel));
-        return (int)a.sharedSizeBytes;
-    }();
-    return bytes;
 }
 
 // ---- reductions (blockDim.x must be a multiple of 32) ----

@@ -1,6 +1,5 @@
 // fp8.cuh: FP8 (E4M3) weights: per-row quantization, and the matrix product for a few tokens.
-// defines: quantize_rows_fp8, scale_rows_cols, fp8_gemv, fp8_gemv_swiglu, fp8_gemv_add_rmsnorm,
-//          Fp8Epilogue, ResidualNorm, kFp8GemvMaxRows
+// defines: quantize_rows_fp8, scale_rows_cols, fp8_gemv, fp8_gemv_swiglu, kFp8GemvMaxRows
 //
 // Storage (src/fp8.h has the format and the CPU reference): a weight W [N, K] becomes
 //     q [N16, ld] E4M3 and scale [N16] fp32,   W[n, k] ≈ scale[n] · q[n, k]
@@ -29,12 +28,6 @@
 // two products. Block b takes gate rows 8b .. 8b+7 and the up rows I + 8b .. I + 8b + 7 in
 // place of a tile's two halves, so each lane holds a gate and its up for the same tokens.
 //
-// fp8_gemv_add_rmsnorm: the product y, then OLMo-2's residual step on it (norm.cuh add_rmsnorm:
-// x += RMSNorm(y)·w, xb = x in T), which needs every column of a row: the block that finishes
-// last (last_to_finish, a counter in global memory) runs it over the rows, so the layer needs no
-// kernel between this product and the next. One block does all the rows one after another, so
-// it suits a token or two; the engine uses it for one.
-//
 // Which column of the mma goes where: a dot product does not care about the order of its
 // terms, so instead of the mma's own column order the lanes take contiguous bytes. In a chunk,
 // lane (g = lane/4, t = lane%4) loads columns [16t, 16t + 16) of rows g and g+8, and mma step
@@ -48,7 +41,6 @@
 
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
-#include "norm.cuh"
 #include "fp8.h"
 #include "tensor_core.cuh"
 
@@ -58,20 +50,6 @@ constexpr int kFp8GemvMaxRows = 16;
 // Slots of 16 rows x 64 weight bytes in each fp8_gemv warp's shared-memory ring (its D): D - 1
 // chunks are in flight while the warp computes one (docs/fp8.md has the sweep).
 constexpr int kFp8GemvDepth = 2;
-
-// What fp8_gemv_kernel does with its sums: store y; SwiGLU into a; or store y and run the
-// residual step on it (ResidualNorm).
-enum class Fp8Epilogue { Store, SwiGLU, AddRmsNorm };
-
-// The residual step's operands: x [rows, N] fp32 += RMSNorm(y) · w (w [N] in T), xb = x in T;
-// done: the counter that finds the last block (zero between launches).
-template <typename T> struct ResidualNorm {
-    float* x = nullptr;
-    const T* w = nullptr;
-    T* xb = nullptr;
-    float eps = 0.0f;
-    int* done = nullptr;
-};
 
 // ---- quantization ----
 
@@ -187,12 +165,11 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 // in the warp's ring (cp.async: no registers held, no other thread involved, so no barrier) and
 // later reads exactly those bytes back. The tokens' 16 values of the next chunk are loaded one
 // chunk ahead, so that their latency hides behind this chunk's work.
-// E: what the block does with its sums (Fp8Epilogue).
-template <typename T, int GROUPS, int D, Fp8Epilogue E>
+// SWIGLU: the output is a [rows, N/2] in T (fp8_gemv_swiglu above), y is unused.
+template <typename T, int GROUPS, int D, bool SWIGLU>
 __global__ void __launch_bounds__(512, 1)
-    fp8_gemv_kernel(float* __restrict__ y, T* __restrict__ a, const ResidualNorm<T> norm, const T* __restrict__ x,
-                    const uint8_t* __restrict__ q, const float* __restrict__ scale, int rows, int N, int K, int ld) {
-    constexpr bool SWIGLU = E == Fp8Epilogue::SwiGLU;
+    fp8_gemv_kernel(float* __restrict__ y, T* __restrict__ a, const T* __restrict__ x, const uint8_t* __restrict__ q,
+                    const float* __restrict__ scale, int rows, int N, int K, int ld) {
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int chunks = (K + 63) / 64;
     const int mine = warp < chunks ? (chunks - warp + warps - 1) / warps : 0;   // this warp's chunks
@@ -248,30 +225,23 @@ __global__ void __launch_bounds__(512, 1)
     for (int i = 0; i < GROUPS * 4; i++) part[(warp * GROUPS * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
     __syncthreads();
     allow_dependent_launch();
+    if (warp != 0) return;
     auto total = [&](int i) {   // y of acc[i / 4][i % 4], scaled
         float sum = 0.0f;
         for (int w = 0; w < warps; w++) sum += part[(w * GROUPS * 4 + i) * 32 + lane];
         return sum * scale[(i % 4 >= 2 ? n_hi : n_lo) + g];
     };
-    if (warp == 0) {
 #pragma unroll
-        for (int i = 0; i < GROUPS * 4; i++) {
-            const int r = i / 4 * 8 + 2 * t + i % 2;
-            if constexpr (SWIGLU) {   // i % 4 < 2: a gate, whose up is i + 2
-                const int n = n_lo + g, I = N / 2;
-                if (i % 4 < 2 && n < I && r < rows) a[(int64_t)r * I + n] = from_float<T>(silu_times(total(i), total(i + 2)));
-            } else {
-                const int n = (i % 4 >= 2 ? n_hi : n_lo) + g;
-                if (n < N && r < rows) y[(int64_t)r * N + n] = total(i);
-            }
+    for (int i = 0; i < GROUPS * 4; i++) {
+        const int r = i / 4 * 8 + 2 * t + i % 2;
+        if constexpr (SWIGLU) {   // i % 4 < 2: a gate, whose up is i + 2
+            const int n = n_lo + g, I = N / 2;
+            if (i % 4 < 2 && n < I && r < rows) a[(int64_t)r * I + n] = from_float<T>(silu_times(total(i), total(i + 2)));
+        } else {
+            const int n = (i % 4 >= 2 ? n_hi : n_lo) + g;
+            if (n < N && r < rows) y[(int64_t)r * N + n] = total(i);
         }
     }
-    // The residual step, by the last block over the whole of y. No block of this grid reads y
-    // before then, so this block's L1 holds none of it and plain loads see the other blocks' writes.
-    if constexpr (E == Fp8Epilogue::AddRmsNorm)
-        if (last_to_finish(norm.done, gridDim.x))
-            for (int r = 0; r < rows; r++)
-                add_rmsnorm_row<T, float, kVec<T>, false>(norm.x, y, {}, norm.w, norm.xb, r, N, norm.eps);
 }
 
 // Shared memory a block of `warps` warps needs: its rings and the partial sums.
@@ -288,9 +258,9 @@ struct Fp8GemvShape {
 // be. The shared memory is then padded so that no more blocks fit an SM than the wave needs:
 // launched early (as a dependent), the blocks would otherwise pile onto the SMs that are free
 // first and leave others idle.
-template <typename T, int GROUPS, int D, Fp8Epilogue E = Fp8Epilogue::Store>
+template <typename T, int GROUPS, int D, bool SWIGLU = false>
 Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
-    constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, E>;
+    constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, SWIGLU>;
     static const int sms = [] {
         int device = 0, n = 0;
         cudaCheck(cudaGetDevice(&device));
@@ -304,10 +274,9 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
                 cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[w], kernel, w * 32, fp8_gemv_smem<GROUPS, D>(w)));
         return n;
     }();
-    const int fixed = static_smem_bytes<kernel>();   // the epilogue's __shared__ variables
-    auto padded = [&](int w, int per) {   // the shared memory that lets at most `per` blocks fit an SM
-        const int fit = (kSmemPerSmBytes / per - kSmemReservedBytes - fixed) / 1024 * 1024;
-        return std::max(fp8_gemv_smem<GROUPS, D>(w), std::min(fit, kMaxSmemBytes - fixed));
+    auto padded = [](int w, int per) {   // the shared memory that lets at most `per` blocks fit an SM
+        const int fit = (kSmemPerSmBytes / per - kSmemReservedBytes) / 1024 * 1024;
+        return std::max(fp8_gemv_smem<GROUPS, D>(w), std::min(fit, kMaxSmemBytes));
     };
     const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = (W.K + 63) / 64;
     for (int w : {16, 8, 6, 4, 3, 2})
@@ -316,43 +285,30 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
 }
 
 // y [rows, N] fp32 = x [rows, K] (T = __half or __nv_bfloat16) times W [N, K]ᵀ in FP8, for
-// 1 <= rows <= kFp8GemvMaxRows, then epilogue E (its outputs: a for SwiGLU, norm for
-// AddRmsNorm). Launched as a dependent launch: the weights start streaming before the kernel
-// ahead (which writes x) has finished. warps: per block, 1..16 (0: fp8_gemv_shape). Either way
-// the grid has one block per 16 rows of W.
-template <typename T, Fp8Epilogue E = Fp8Epilogue::Store, int D = kFp8GemvDepth>
-void fp8_gemv_launch(float* y, T* a, const ResidualNorm<T>& norm, const T* x, const Fp8Matrix& W, int rows,
-                     cudaStream_t stream, int warps) {
-    auto launch = [&](auto groups) {
-        constexpr int GROUPS = decltype(groups)::value;
-        constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, E>;
-        allow_smem<kernel>(kMaxSmemBytes - static_smem_bytes<kernel>());   // before the occupancy queries: padded blocks pass 48 KB
-        const Fp8GemvShape shape =
-            warps == 0 ? fp8_gemv_shape<T, GROUPS, D, E>(W) : Fp8GemvShape{warps, fp8_gemv_smem<GROUPS, D>(warps)};
-        launch_dependent(kernel, dim3(fp8_padded_rows(W.N) / 16), dim3(shape.warps * 32), shape.smem, stream, y, a, norm,
-                         x, (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
-    };
-    if (rows <= 8) launch(std::integral_constant<int, 1>{});
-    else launch(std::integral_constant<int, 2>{});
+// 1 <= rows <= kFp8GemvMaxRows; or with SWIGLU a [rows, N/2] in T (fp8_gemv_swiglu). Launched
+// as a dependent launch: the weights start streaming before the kernel ahead (which writes x)
+// has finished. warps: per block, 1..16 (0: fp8_gemv_shape). Either way the grid has one block
+// per 16 rows of W.
+template <typename T, int GROUPS, int D = kFp8GemvDepth, bool SWIGLU = false>
+void fp8_gemv_launch(float* y, T* a, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps) {
+    constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, SWIGLU>;
+    allow_smem<kernel>(kMaxSmemBytes);   // before the occupancy queries: padded blocks pass 48 KB
+    const Fp8GemvShape shape =
+        warps == 0 ? fp8_gemv_shape<T, GROUPS, D, SWIGLU>(W) : Fp8GemvShape{warps, fp8_gemv_smem<GROUPS, D>(warps)};
+    launch_dependent(kernel, dim3(fp8_padded_rows(W.N) / 16), dim3(shape.warps * 32), shape.smem, stream, y, a, x,
+                     (const uint8_t*)W.q, (const float*)W.scale, rows, W.N, W.K, W.ld);
 }
 template <typename T>
 void fp8_gemv(float* y, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps = 0) {
-    fp8_gemv_launch<T>(y, nullptr, {}, x, W, rows, stream, warps);
+    if (rows <= 8) fp8_gemv_launch<T, 1>(y, (T*)nullptr, x, W, rows, stream, warps);
+    else fp8_gemv_launch<T, 2>(y, (T*)nullptr, x, W, rows, stream, warps);
 }
 // a [rows, I] (T) = silu(gate) · up of y = x · Wᵀ, W [2I, K] the fused gate | up weight.
 template <typename T>
 void fp8_gemv_swiglu(T* a, const T* x, const Fp8Matrix& W, int rows, cudaStream_t stream, int warps = 0) {
     if (W.N % 2 != 0) fail("fp8_gemv_swiglu: the gate | up weight has an odd row count");
-    fp8_gemv_launch<T, Fp8Epilogue::SwiGLU>(nullptr, a, {}, x, W, rows, stream, warps);
-}
-// y [rows, N] (fp32) = x · Wᵀ; then norm.x [rows, N] += RMSNorm(y) · norm.w, norm.xb = norm.x in
-// T. norm.done: a counter that is zero (and is left zero). The rows must allow packs of kVec<T>.
-template <typename T>
-void fp8_gemv_add_rmsnorm(float* y, const T* x, const Fp8Matrix& W, const ResidualNorm<T>& norm, int rows,
-                          cudaStream_t stream, int warps = 0) {
-    if (!packable<T>(W.N, {y, norm.x, norm.w, norm.xb}))
-        fail("fp8_gemv_add_rmsnorm: rows of " + std::to_string(W.N) + " do not split into aligned packs");
-    fp8_gemv_launch<T, Fp8Epilogue::AddRmsNorm>(y, nullptr, norm, x, W, rows, stream, warps);
+    if (rows <= 8) fp8_gemv_launch<T, 1, kFp8GemvDepth, true>(nullptr, a, x, W, rows, stream, warps);
+    else fp8_gemv_launch<T, 2, kFp8GemvDepth, true>(nullptr, a, x, W, rows, stream, warps);
 }
 
 }  // namespace olmo

@@ -1,5 +1,5 @@
 // norm.cuh: row normalizations, one thread block per row.
-// defines: layernorm, rmsnorm, add_layernorm, add_rmsnorm, add_rmsnorm_row, packable
+// defines: layernorm, rmsnorm, add_layernorm, add_rmsnorm
 //
 //   layernorm      out = (x - mean) / sqrt(var + eps)             OLMo-1: no weight, no bias
 //   rmsnorm        out = w * (x / sqrt(mean(x²) + eps))           OLMo-2/3 (also QK-norm)
@@ -110,14 +110,16 @@ __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld
     }
 }
 
-// Row r: x (fp32 residual) += RMSNorm(y) * w, y in T or fp32 (ys pending); xb = x rounded to T
-// (the next GEMM's input). The whole block works on the row (also fp8_gemv's epilogue).
+// x (fp32 residual) += RMSNorm(y) * w, y in T or fp32 (ys pending); xb = x rounded to T (the
+// next GEMM's input).
 template <typename T, typename Y, int N, bool SCALED>
-__device__ void add_rmsnorm_row(float* x, const Y* y, PendingScale ys, const T* w, T* xb, int r, int H, float eps) {
+__global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, T* xb, int H, float eps) {
+    allow_dependent_launch();   // see the file comment
+    grid_dependency_wait();     // launched as a dependent of the product that writes y
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
-    float* x_row = x + (int64_t)r * H;
-    const ScaledRow<Y, SCALED> y_row(y, r, H, ys);
+    float* x_row = x + (int64_t)blockIdx.x * H;
+    const ScaledRow<Y, SCALED> y_row(y, blockIdx.x, H, ys);
     const float rstd = rms_rstd<N>(y_row, H, eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
         PX a = reinterpret_cast<PX*>(x_row)[i];
@@ -129,15 +131,8 @@ __device__ void add_rmsnorm_row(float* x, const Y* y, PendingScale ys, const T* 
             o.v[j] = from_float<T>(a.v[j]);
         }
         reinterpret_cast<PX*>(x_row)[i] = a;
-        reinterpret_cast<P*>(xb + (int64_t)r * H)[i] = o;
+        reinterpret_cast<P*>(xb + (int64_t)blockIdx.x * H)[i] = o;
     }
-}
-
-template <typename T, typename Y, int N, bool SCALED>
-__global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, T* xb, int H, float eps) {
-    allow_dependent_launch();   // see the file comment
-    grid_dependency_wait();     // launched as a dependent of the product that writes y
-    add_rmsnorm_row<T, Y, N, SCALED>(x, y, ys, w, xb, blockIdx.x, H, eps);
 }
 
 // ---- launchers: 16-byte packs of T (kVec<T> elements) when every row start is aligned for

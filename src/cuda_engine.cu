@@ -79,7 +79,6 @@ public:
         buffers_.allocate();
         kv_arena_.allocate();
         carve();                 // hand out pointers
-        cudaCheck(cudaMemset(norm_done_, 0, sizeof(int) * 2 * c_.n_layers));   // the counters start at zero
         cublasCheck(cublasSetWorkspace(cublas_, cublas_ws_, kCublasWorkspace));
         if (fp8) fp8_gemm_ = std::make_unique<Fp8Gemm>(cublas_ws_, kCublasWorkspace);
         w_.load(ck, progress, stream_);
@@ -215,7 +214,6 @@ private:
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
         meta_.place(b.take<int>(meta_.ints()));   // step metadata (step_meta.h), filled by one copy
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
-        norm_done_ = b.take<int>(2 * c_.n_layers);   // fp8_gemv_add_rmsnorm's counters [layer][o, down]
         cublas_ws_ = b.take<char>(kCublasWorkspace);
     }
 
@@ -270,21 +268,6 @@ private:
             if (W.f8.q && rows <= kFp8GemvMaxRows) return fp8_gemv_swiglu(a, x, W.f8, rows, stream_);
         const PendingScale s = linear(gu_, x, W, rows);
         swiglu(a, gu_, rows, W.N / 2, stream_, s);
-    }
-
-    // y [rows, H] = x · Wᵀ, then the residual step on it: x_ += y, xn_ = LayerNorm(x_) (OLMo-1:
-    // norm_w null) or x_ += RMSNorm(y) · norm_w, xn_ = x_ (OLMo-2/3). FP8 weights and one token
-    // (decode): one kernel, the step in the product's epilogue (`done`: its counter); else the
-    // product, then the norm kernel.
-    void linear_residual(float* y, const T* x, const Weight<T>& W, const T* norm_w, int rows, int* done) {
-        const int H = c_.hidden;
-        const float eps = c_.norm_eps;
-        if constexpr (!std::is_same_v<T, float>)
-            if (norm_w && W.f8.q && rows == 1 && packable<T>(H, {y, x_, norm_w, xn_}))
-                return fp8_gemv_add_rmsnorm(y, x, W.f8, ResidualNorm<T>{x_, norm_w, xn_, eps, done}, rows, stream_);
-        const PendingScale s = linear(y, x, W, rows);
-        if (norm_w) add_rmsnorm(x_, y, norm_w, xn_, rows, H, eps, stream_, s);
-        else add_layernorm(x_, y, xn_, rows, H, eps, stream_, s);
     }
 
     // The same in T with cuBLAS. In its column-major terms: yᵀ (N x rows) = W (op T of the
@@ -386,13 +369,17 @@ private:
             if (prefill) attention_prefill(ap, stream_);
             else attention_decode(ap, attn_ws_, stream_);
             emit(name + "attn", att_, n, Q, Q);
-            linear_residual(o_, att_, W.wo, olmo1 ? nullptr : W.attn_norm, n, norm_done_ + 2 * l);   // o [n, H]
+            const PendingScale s_o = linear(o_, att_, W.wo, n);                  // [n, H]
             emit(name + "o_proj", o_, n, H, H);
+            if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_, s_o);     // x += o; xn = LN(x)
+            else add_rmsnorm(x_, o_, W.attn_norm, xn_, n, H, eps, stream_, s_o); // x += RMSNorm(o); xn = x
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
             gate_up_swiglu(a_, xn_, W.wgu, n);                                   // [n, I]
-            linear_residual(o_, a_, W.wdown, olmo1 ? nullptr : W.ff_norm, n, norm_done_ + 2 * l + 1);   // OLMo-1: also the next layer's LN
+            const PendingScale s_down = linear(o_, a_, W.wdown, n);              // [n, H]
             emit(name + "mlp", o_, n, H, H);
+            if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_, s_down);  // also the next layer's LN
+            else add_rmsnorm(x_, o_, W.ff_norm, xn_, n, H, eps, stream_, s_down);
             emit(name + "out", x_, n, H, H);
         }
         // Final norm and logits of each sequence's last row (prefill: row n-1; decode: all rows),
@@ -442,7 +429,6 @@ private:
     int* next_ids_;
     StepMeta meta_;                       // the current call's tokens, in device memory
     char *attn_ws_, *cublas_ws_;
-    int* norm_done_;
     int* host_ids_ = nullptr;    // pinned: sampled ids coming back
     DecodeGraphs graphs_;
 };

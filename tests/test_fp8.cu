@@ -9,8 +9,7 @@
 //   the same codes and scales (so only summation order differs; cuBLASLt's FP8 tensor cores
 //   accumulate with fewer bits, hence its looser bar), on K and N that are not multiples of the
 //   tiles, K = 1, and extreme weights: never a NaN. fp8_gemv_swiglu (decode's gate | up with
-//   SwiGLU in its epilogue) against fp8_gemv + swiglu, bit for bit, and the CPU;
-//   fp8_gemv_add_rmsnorm (the residual step in the epilogue) against fp8_gemv + add_rmsnorm.
+//   SwiGLU in its epilogue) against fp8_gemv + swiglu, bit for bit, and the CPU.
 // - The readers of the GEMM's output apply its pending scales bit for bit as the scale pass.
 // - The engine in FP8 against the fp32 engine on a random checkpoint: prefill (both paths) and
 //   decode logits within a bar, greedy continuation mostly unchanged.
@@ -201,43 +200,6 @@ template <typename T> void check_gemv_swiglu(std::mt19937& rng) {
 }
 TEST_F(Fp8, GemvSwigluMatchesTwoKernelsBf16) { check_gemv_swiglu<__nv_bfloat16>(rng); }
 TEST_F(Fp8, GemvSwigluMatchesTwoKernelsFp16) { check_gemv_swiglu<__half>(rng); }
-
-// fp8_gemv_add_rmsnorm (the residual step run by the product's last block) against fp8_gemv +
-// add_rmsnorm and against the CPU: 1..16 tokens, from one block to many, K not a multiple of
-// the chunk. Each runs twice on the same counter (the second run needs it back at zero, and
-// adds to the residual again), and the counter must end at zero. The two kernels reduce the
-// sum of squares with other block sizes, so the residuals agree to fp32 rounding, not bit for bit.
-template <typename T> void check_gemv_add_rmsnorm(std::mt19937& rng) {
-    const float eps = 1e-6f;
-    for (auto [N, K] : {std::pair{8, 64}, {40, 7}, {1000, 1000}, {4096, 520}})
-        for (int rows : {1, 2, 9, 16}) {
-            const std::string what = fmt("fp8_gemv_add_rmsnorm %s N=%d K=%d rows=%d", dtype_name<T>(), N, K, rows);
-            Fp8Weights W(N, K);
-            W.quantize<T>(rounded<T>(randn((size_t)N * K, rng, 0.0f, 0.05f)));
-            const std::vector<float> x = rounded<T>(randn((size_t)rows * K, rng)), resid = randn((size_t)rows * N, rng);
-            const std::vector<float> w = rounded<T>(randn(N, rng, 1.0f, 0.2f));
-            DeviceArray<T> dx(to_dtype<T>(x)), dw(to_dtype<T>(w)), xb_fused((size_t)rows * N), xb_apart((size_t)rows * N);
-            DeviceArray<float> y_fused((size_t)rows * N), y_apart((size_t)rows * N), r_fused(resid), r_apart(resid);
-            DeviceArray<int> done(std::vector<int>{0});
-            for (int run = 0; run < 2; run++) {
-                fp8_gemv_add_rmsnorm(y_fused.get(), dx.get(), W.m, {r_fused.get(), dw.get(), xb_fused.get(), eps, done.get()}, rows, 0);
-                fp8_gemv(y_apart.get(), dx.get(), W.m, rows, 0);
-                add_rmsnorm(r_apart.get(), y_apart.get(), dw.get(), xb_apart.get(), rows, N, eps, 0);
-            }
-            EXPECT_EQ(done.download()[0], 0) << what << ": the counter was not set back";
-            const std::vector<float> y = y_fused.download(), y2 = y_apart.download();
-            EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)), 0) << what << ": y differs from fp8_gemv";
-            expect_close(r_fused.download(), r_apart.download(), {1e-6, 1e-5}, what + " residual vs the two kernels");
-            expect_close(download_f32(xb_fused), download_f32(xb_apart), tolerance<T>(), what + " xb vs the two kernels");
-            // The CPU: twice x += RMSNorm(y) · w on the product of the same codes.
-            std::vector<float> ref = resid, normed((size_t)rows * N);
-            cpu::rmsnorm(normed.data(), product_ref(x, W, rows).data(), w.data(), rows, N, eps);
-            for (size_t i = 0; i < ref.size(); i++) ref[i] += 2 * normed[i];
-            expect_close(r_fused.download(), ref, {1e-5, 1e-4}, what + " residual vs the CPU");
-        }
-}
-TEST_F(Fp8, GemvAddRmsNormMatchesTwoKernelsBf16) { check_gemv_add_rmsnorm<__nv_bfloat16>(rng); }
-TEST_F(Fp8, GemvAddRmsNormMatchesTwoKernelsFp16) { check_gemv_add_rmsnorm<__half>(rng); }
 
 // The prefill path: x quantized per row, then cuBLASLt (output widths a multiple of 16: the
 // engine sends the others to fp8_gemv, which EngineCloseToFp32 covers with a vocabulary of 1007).
