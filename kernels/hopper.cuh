@@ -2,7 +2,7 @@
 // PTX wrappers for mbarriers, TMA copies, warpgroup MMA and register reallocation; the
 // 128-byte-swizzled panel that TMA writes and wgmma reads; the host's tensor maps.
 // defines: attn::mbar_*, attn::fence_proxy_async, attn::tma_load_2d, attn::tma_load_3d,
-//          attn::named_barrier_sync, attn::setmaxnreg_inc, attn::setmaxnreg_dec, attn::wgmma_fence,
+//          attn::named_barrier_sync, attn::named_barrier_arrive, attn::setmaxnreg_inc, attn::setmaxnreg_dec, attn::wgmma_fence,
 //          attn::wgmma_commit, attn::wgmma_wait, attn::wgmma_ss, attn::wgmma_rs, attn::Panels,
 //          attn::tensor_map
 //
@@ -97,6 +97,10 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
 // Barrier `id` (1..15; 0 is __syncthreads) among `threads` threads, whole warps.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Arrives on barrier `id` without waiting (`threads` counts the arriving and the waiting warps).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- registers ----
