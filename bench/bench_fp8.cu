@@ -1,5 +1,7 @@
-// bench_fp8.cu: the FP8 small-batch product (kernels/fp8.cuh) on the OLMo-2-7B layer shapes,
-// against the bandwidth roofline and cuBLAS's bf16 GEMM of the same shape in the same run.
+// bench_fp8.cu: the FP8 small-batch product (kernels/fp8.cuh) on the OLMo-2-7B layer shapes
+// (or, with `bench_fp8 HIDDEN INTERMEDIATE`, on an MHA layer of that width: the 80-layer shape is
+// 8192 28672), against the bandwidth roofline and cuBLAS's bf16 GEMM of the same shape in the
+// same run.
 //   For each (N, K) and rows = 1, 2, 4, 8, 16: fp8_gemv time, the weight bytes it streams
 //   (N16 · ld) over that time, and cuBLAS bf16 (cublasGemmEx, fp32 output) on the bf16 weights:
 //   time and bytes/time. "chained": 16 launches of fp8_gemv back to back (different weights, as
@@ -17,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -106,10 +109,14 @@ void prefill(const char* name, const Fp8Matrix& W, const bf16* wb, cublasHandle_
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    const int H = argc == 3 ? std::atoi(argv[1]) : 4096, I = argc == 3 ? std::atoi(argv[2]) : 11008;
+    if (argc != 1 && (argc != 3 || H <= 0 || I <= 0)) {
+        std::fprintf(stderr, "usage: bench_fp8 [HIDDEN INTERMEDIATE]   (default: 4096 11008, OLMo-2-7B)\n");
+        return 2;
+    }
     struct Shape { const char* name; int N, K; };
-    const Shape shapes[] = {{"q|k|v", 12288, 4096}, {"o", 4096, 4096}, {"gate|up", 22016, 4096},
-                            {"down", 4096, 11008}, {"lm head", 100352, 4096}};
+    const Shape shapes[] = {{"q|k|v", 3 * H, H}, {"o", H, H}, {"gate|up", 2 * I, H}, {"down", H, I}, {"lm head", 100352, H}};
     cublasHandle_t h;
     cublasCheck(cublasCreate(&h));
     std::printf("%-8s %6s %6s %4s | %9s %8s | %12s | %9s %8s | %8s\n", "matrix", "N", "K", "rows", "fp8 us", "GB/s",
