@@ -254,10 +254,11 @@ struct Fp8GemvShape {
 };
 
 // The block shape for W: as many warps (up to 16, each taking a share of K) as still lets every
-// block of the grid be resident at once, so the grid runs in one wave; 2 when even that cannot
-// be. The shared memory is then padded so that no more blocks fit an SM than the wave needs:
-// launched early (as a dependent), the blocks would otherwise pile onto the SMs that are free
-// first and leave others idle.
+// block of the grid be resident at once, so the grid runs in one wave. The shared memory is then
+// padded so that no more blocks fit an SM than the wave needs: launched early (as a dependent),
+// the blocks would otherwise pile onto the SMs that are free first and leave others idle. When
+// no shape fits one wave (the output layer; gate | up from the 32B shape on), 8 warps and as many
+// blocks per SM as fit: in `bench_fp8` that streamed 7-13% faster than 2 warps (docs/fp8.md).
 template <typename T, int GROUPS, int D, bool SWIGLU = false>
 Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
     constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, SWIGLU>;
@@ -281,7 +282,8 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
     const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = (W.K + 63) / 64;
     for (int w : {16, 8, 6, 4, 3, 2})
         if ((w <= chunks || w == 2) && tiles <= (int64_t)per_sm[w] * sms) return {w, padded(w, (int)((tiles + sms - 1) / sms))};
-    return {2, fp8_gemv_smem<GROUPS, D>(2)};   // several waves: as many blocks per SM as fit
+    const int w = chunks >= 8 ? 8 : 2;   // several waves: as many blocks per SM as fit
+    return {w, fp8_gemv_smem<GROUPS, D>(w)};
 }
 
 // y [rows, N] fp32 = x [rows, K] (T = __half or __nv_bfloat16) times W [N, K]ᵀ in FP8, for
