@@ -169,6 +169,20 @@ template <typename T> void check_gemv(std::mt19937& rng) {
                          fmt("fp8_gemv %s N=%d K=%d rows=%d", dtype_name<T>(), N, K, rows));
         }
 }
+// A grid too large for one wave of blocks (the output layer's case: another block shape).
+TEST_F(Fp8, GemvSeveralWavesMatchesReference) {
+    using T = __nv_bfloat16;
+    const int N = 50000, K = 520;
+    Fp8Weights W(N, K);
+    W.quantize<T>(rounded<T>(randn((size_t)N * K, rng, 0.0f, 0.05f)));
+    for (int rows : {1, 16}) {
+        const std::vector<float> x = rounded<T>(randn((size_t)rows * K, rng));
+        DeviceArray<T> dx(to_dtype<T>(x));
+        DeviceArray<float> dy((size_t)rows * N);
+        fp8_gemv(dy.get(), dx.get(), W.m, rows, 0);
+        expect_close(dy.download(), product_ref(x, W, rows), {1e-5, 1e-5}, fmt("fp8_gemv N=%d K=%d rows=%d", N, K, rows));
+    }
+}
 TEST_F(Fp8, GemvMatchesReferenceBf16) { check_gemv<__nv_bfloat16>(rng); }
 TEST_F(Fp8, GemvMatchesReferenceFp16) { check_gemv<__half>(rng); }
 
