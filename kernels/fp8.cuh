@@ -258,7 +258,7 @@ struct Fp8GemvShape {
 // padded so that no more blocks fit an SM than the wave needs: launched early (as a dependent),
 // the blocks would otherwise pile onto the SMs that are free first and leave others idle. When
 // no shape fits one wave (the output layer; gate | up from the 32B shape on), 8 warps and as many
-// blocks per SM as fit: in `bench_fp8` that streamed 7-13% faster than 2 warps (docs/fp8.md).
+// blocks per SM as fit: in `bench_fp8` that streamed 7-12% faster than 2 warps (docs/fp8.md).
 template <typename T, int GROUPS, int D, bool SWIGLU = false>
 Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
     constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, SWIGLU>;
