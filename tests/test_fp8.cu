@@ -183,6 +183,24 @@ TEST_F(Fp8, GemvSeveralWavesMatchesReference) {
         expect_close(dy.download(), product_ref(x, W, rows), {1e-5, 1e-5}, fmt("fp8_gemv N=%d K=%d rows=%d", N, K, rows));
     }
 }
+// Every block shape the chooser may pick (1 .. 16 warps splitting K), on a K that leaves the warps
+// unequal shares and a last chunk cut short.
+TEST_F(Fp8, GemvEveryWarpCountMatchesReference) {
+    using T = __nv_bfloat16;
+    const int N = 45, K = 2100;
+    Fp8Weights W(N, K);
+    W.quantize<T>(rounded<T>(awkward_rows(N, K, rng)));
+    for (int rows : {3, 12}) {
+        const std::vector<float> x = rounded<T>(randn((size_t)rows * K, rng));
+        const std::vector<float> ref = product_ref(x, W, rows);
+        DeviceArray<T> dx(to_dtype<T>(x));
+        DeviceArray<float> dy((size_t)rows * N);
+        for (int warps = 1; warps <= 16; warps++) {
+            fp8_gemv(dy.get(), dx.get(), W.m, rows, 0, warps);
+            expect_close(dy.download(), ref, {1e-5, 1e-5}, fmt("fp8_gemv rows=%d warps=%d", rows, warps));
+        }
+    }
+}
 TEST_F(Fp8, GemvMatchesReferenceBf16) { check_gemv<__nv_bfloat16>(rng); }
 TEST_F(Fp8, GemvMatchesReferenceFp16) { check_gemv<__half>(rng); }
 
