@@ -62,12 +62,14 @@ const char* kHelp =
     "  --heads nH     query heads (default 32)\n"
     "  --kv-heads n   KV heads, dividing nH (default nH; fewer: grouped-query attention)\n"
     "  --hd hd        head size, a multiple of 8 up to 256 (default 128)\n"
+    "  --block-size b tokens per KV page, a power of two from 8 to 1024 (default 16, the engine's)\n"
     "  --step k       run only step k (1-6; default all)\n"
     "  --reps n       timed runs per step, the median is shown (default 10)\n"
     "  --small        S 512, 8 heads: a quick check\n";
 
 struct Shape {
-    int S, nH, nKV, hd;
+    int S, nH, nKV, hd, block = 16;  // block: tokens per KV page (the engine's: 16)
+    int pages() const { return (S + block - 1) / block; }
     float scale() const { return 1.0f / std::sqrt((float)hd); }
     double flops() const { return 2.0 * S * S * (double)hd * nH; }
 };
@@ -323,24 +325,23 @@ std::vector<float> checked_rows(const dev::DeviceBuffer<T>& out, const Inputs& i
     return x;
 }
 
-// A paged copy of a [S, nKV*hd] cache: logical block b in pool block table[b] (16 tokens each).
+// A paged copy of a [S, nKV*hd] cache: logical block b in pool block table[b] (`block` tokens each).
 template <typename T>
-std::vector<T> paged(const std::vector<float>& kv, const std::vector<int>& table, int width) {
-    constexpr int kBlock = 16;
-    std::vector<T> pool(table.size() * kBlock * width, from_float<T>(0.0f));
+std::vector<T> paged(const std::vector<float>& kv, const std::vector<int>& table, int width, int block) {
+    std::vector<T> pool(table.size() * block * width, from_float<T>(0.0f));
     const size_t rows = kv.size() / width;
     for (size_t j = 0; j < rows; j++)
-        for (int c = 0; c < width; c++) pool[((size_t)table[j / kBlock] * kBlock + j % kBlock) * width + c] = from_float<T>(kv[j * width + c]);
+        for (int c = 0; c < width; c++) pool[((size_t)table[j / block] * block + j % block) * width + c] = from_float<T>(kv[j * width + c]);
     return pool;
 }
 
-// The engine's kernels' view of one sequence at pos0 0, with a device table of 16-token blocks.
+// The engine's kernels' view of one sequence at pos0 0, with a device table of s.block-token pages.
 template <typename T>
 AttnParams<T> engine_params(const Shape& s, const T* q, const T* k, const T* v, T* out, const int* pos0, const int* table) {
     AttnParams<T> p{};
     p.q = q, p.k = k, p.v = v, p.out = out;
     p.n_q = s.S, p.pos0 = pos0, p.nH = s.nH, p.nKV = s.nKV, p.hd = s.hd, p.window = 0, p.scale = s.scale();
-    p.s_cap = s.S, p.block_table = table, p.table_stride = (s.S + 15) / 16, p.block_size = 16, p.batch = 1;
+    p.s_cap = s.S, p.block_table = table, p.table_stride = s.pages(), p.block_size = s.block, p.batch = 1;
     return p;
 }
 
@@ -386,7 +387,7 @@ struct Ladder {
         cudaCheck(cudaMemGetInfo(&free_bytes, &total));
         if (scores_bytes > free_bytes / 2)
             return dev::print_skipped(1, what, "skipped: the score matrix would take " + std::to_string(scores_bytes >> 30) + " GiB");
-        std::vector<int> identity((s.S + 15) / 16);
+        std::vector<int> identity(s.pages());
         std::iota(identity.begin(), identity.end(), 0);
         dev::DeviceBuffer<int> pos0(std::vector<int>{0}), table(identity);
         dev::DeviceBuffer<float> scores(scores_bytes / sizeof(float));
@@ -397,12 +398,12 @@ struct Ladder {
     // Steps 4 and 5: the engine's flash prefill through an identity or a shuffled block table;
     // step 6: its Hopper kernel, through the shuffled table.
     void tensor_core_step(int n, bool shuffled, PrefillKernel kernel) {
-        std::vector<int> table((s.S + 15) / 16);
+        std::vector<int> table(s.pages());
         std::iota(table.begin(), table.end(), 0);
         if (shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(7));
         const int width = s.nKV * s.hd;
         dev::DeviceBuffer<bf16> q(dev::to_device_type<bf16>(in.q)), out(in.q.size());
-        dev::DeviceBuffer<bf16> k(paged<bf16>(in.k, table, width)), v(paged<bf16>(in.v, table, width));
+        dev::DeviceBuffer<bf16> k(paged<bf16>(in.k, table, width, s.block)), v(paged<bf16>(in.v, table, width, s.block));
         dev::DeviceBuffer<int> pos0(std::vector<int>{0}), d_table(table);
         const AttnParams<bf16> p = engine_params<bf16>(s, q.ptr, k.ptr, v.ptr, out.ptr, pos0.ptr, d_table.ptr);
         const std::string what = kernel == PrefillKernel::Hopper ? "Hopper: TMA producer warp, wgmma consumer warpgroups"
@@ -425,21 +426,23 @@ struct Ladder {
 int run(int argc, char** argv) {
     const dev::Flags f(argc, argv);
     if (f.has("--help")) return printf("%s", kHelp), 0;
-    f.check({"--seq", "--heads", "--kv-heads", "--hd", "--step", "--reps"}, {"--small", "--help"});
+    f.check({"--seq", "--heads", "--kv-heads", "--hd", "--block-size", "--step", "--reps"}, {"--small", "--help"});
     const bool small = f.has("--small");
     Shape s;
     s.S = f.get("--seq", small ? 512 : 4096, 1, 65536);
     s.nH = f.get("--heads", small ? 8 : 32, 1, 256);
     s.nKV = f.get("--kv-heads", s.nH, 1, s.nH);
     s.hd = f.get("--hd", 128, 8, 256);
+    s.block = f.get("--block-size", 16, 8, 1024);
+    if ((s.block & (s.block - 1)) != 0) fail("--block-size " + std::to_string(s.block) + ": not a power of two");
     const int only = f.get("--step", 0, 0, 6), reps = f.get("--reps", 10, 1, 1000);
     if (s.nH % s.nKV != 0) fail("--kv-heads " + std::to_string(s.nKV) + " does not divide --heads " + std::to_string(s.nH));
     if (!attention_supports_head_dim(s.hd)) fail("--hd " + std::to_string(s.hd) + ": " + attention_supported_head_dims());
     if (s.nH / s.nKV > attn::kPrefillBM) fail("more than 128 query heads per KV head");
     if (!dev::gpu_present("attention_forward")) return 0;
     const Inputs in = make_inputs(s);
-    printf("attention_forward: S %d, heads %d/%d (q/kv), hd %d, causal; %.1f GFLOP per run; checked on %zu tokens\n", s.S,
-           s.nH, s.nKV, s.hd, s.flops() / 1e9, in.check.size());
+    printf("attention_forward: S %d, heads %d/%d (q/kv), hd %d, causal, KV pages of %d tokens; %.1f GFLOP per run; checked on %zu tokens\n",
+           s.S, s.nH, s.nKV, s.hd, s.block, s.flops() / 1e9, in.check.size());
     Ladder ladder{s, in, reps, only};
     ladder.run();
     return ladder.all_ok ? 0 : 1;

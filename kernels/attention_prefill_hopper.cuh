@@ -1,6 +1,6 @@
 // attention_prefill_hopper.cuh: flash attention for a chunk of queries of one sequence on Hopper
 // (sm_90a): TMA copies, warpgroup MMA and warp specialization (after FlashAttention-3).
-// defines: attn::HopperShape, attn::HopperArgs, attn::HopperSmem, attn::hopper_produce, attn::hopper_consume,
+// defines: attn::HopperShape, attn::HopperArgs, attn::HopperSmem, attn::hopper_produce, attn::HopperConsumer,
 //          attn::zero_rows_from, attn::attention_prefill_hopper_kernel,
 //          attn::hopper_prefill_head_dim, attn::launch_prefill_hopper
 //
@@ -59,11 +59,11 @@ namespace attn {
 
 template <int HD>
 struct HopperShape {
-    // STAGES: as many K/V tiles as fit in flight. The pipelined walk (hopper_consume) asks for
-    // K_j+2 as soon as P_j·V_j frees its stage, so it needs three stages to find a tile landed.
+    // STAGES: as many K/V tiles as fit in flight. The pipelined walk (HopperConsumer::whole_tiles)
+    // asks for K_j+2 as soon as P_j·V_j frees its stage, so it needs three stages to find a tile landed.
     static constexpr int BM = 128, BN = HD <= 128 ? 128 : 64, STAGES = HD == 64 ? 4 : HD == 128 ? 3 : 2;
-    // Whole tiles with S_j+1 and P_j·V_j in flight together (hopper_consume): faster at HD 64
-    // and 128; at HD 256 two stages are all that fit, and it starves (docs/attention_notes.md).
+    // Whole tiles with S_j+1 and P_j·V_j in flight together (HopperConsumer::whole_tiles): faster
+    // at HD 64 and 128; at HD 256 two stages are all that fit, and it starves (docs/attention_notes.md).
     static constexpr bool PIPELINED = HD <= 128;
     static constexpr int THREADS = 3 * 128, CONSUMER_WARPS = 8;
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128·24 + 256·240 <= 65536
@@ -80,6 +80,8 @@ struct HopperArgs {
     CUtensorMap q;   // [n_q, nH, hd]: boxes of 64 dims x g heads x 128/g tokens
     CUtensorMap k;   // the K pool [rows, nKV*hd]: boxes of 64 dims x box_rows rows
     CUtensorMap v;   // the V pool, alike
+    CUtensorMap k_tile, v_tile;  // the same pools in boxes of 64 dims x BN rows: a whole tile of
+                                 // pages that lie one after another in the pool, in one copy
     int box_rows;  // min(block_size, BN): one page (or one tile of a larger page) per copy
 };
 
@@ -115,7 +117,9 @@ struct HopperSmem {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // The producer warp: the Q tile, then each K/V tile of the block once its stage is free, lane i
-// copying page i % pages of panel i / pages (pages * HD/64 <= 32).
+// copying page i % pages of panel i / pages (pages * HD/64 <= 32). When the tile's pages lie one
+// after another in the pool (a fresh sequence's table counts up) and every key of the tile is
+// visible, one copy per panel brings the whole tile: TMA moves large boxes faster than 2 KB pages.
 template <typename T, int HD>
 __device__ __forceinline__ void hopper_produce(const HopperArgs<T>& args, const HopperSmem<HD>& sm, const PrefillBlock& blk,
                                                int lane) {
@@ -136,14 +140,22 @@ __device__ __forceinline__ void hopper_produce(const HopperArgs<T>& args, const 
     for (int tile = tile_lo, it = 0; tile <= tile_hi; tile++, it++) {
         const int s = it % STAGES, key = tile * BN + page * box;
         const int row = copies && key < blk.keys.hi && key + box > blk.keys.lo ? (int)pg.row(key) : -box;
+        const bool whole = tile * BN >= blk.keys.lo && tile * BN + BN <= blk.keys.hi;
+        const int row0 = __shfl_sync(~0u, row, 0);  // page 0's first row (every lane asks)
+        const bool in_order = __all_sync(~0u, !copies || row == row0 + page * box);
         mbar_wait(sm.empty(s), (it / STAGES & 1) ^ 1);
         if (lane == 0) {
             mbar_arrive_expect_tx(sm.k_full(s), BN * HD * 2);
             mbar_arrive_expect_tx(sm.v_full(s), BN * HD * 2);
         }
         __syncwarp();
-        if (copies) {
-            const int col = map.kvh * HD + panel * 64;
+        const int col = map.kvh * HD + panel * 64;
+        if (whole && in_order) {
+            if (copies && page == 0) {
+                tma_load_2d(sm.k(s).base + offset, &args.k_tile, col, row, sm.k_full(s));
+                tma_load_2d(sm.v(s).base + offset, &args.v_tile, col, row, sm.v_full(s));
+            }
+        } else if (copies) {
             tma_load_2d(sm.k(s).base + offset, &args.k, col, row, sm.k_full(s));
             tma_load_2d(sm.v(s).base + offset, &args.v, col, row, sm.v_full(s));
         }
@@ -151,122 +163,153 @@ __device__ __forceinline__ void hopper_produce(const HopperArgs<T>& args, const 
 }
 
 // Consumer warp cw (0..7) of the two warpgroups: block rows 16cw .. 16cw+15, over every tile.
-// The tiles some row sees only in part (the diagonal; the window's start) take one step at a
-// time: S, mask, softmax, P·V. The others, a run of whole tiles in the middle, are pipelined:
-// S of tile j+1 and P·V of tile j are in flight together, and the softmax of j+1 is written to
-// run while P·V of j does (at HD 128 ptxas still waits for P·V after the row maxima).
+// It holds the warp's running o, m, l and the block walk's tile count `it` (tile it of the walk
+// uses stage it % STAGES in phase it / STAGES & 1); run() is the walk. The tiles some row sees
+// only in part (the diagonal; the window's start) take one_step: S, mask, softmax, P·V. The
+// others, a run of whole tiles in the middle, go through whole_tiles: S of tile j+1 and P·V of
+// tile j are in flight together, and the softmax of j+1 is written to run while P·V of j does
+// (at HD 128 ptxas still waits for P·V after the row maxima).
 template <typename T, int HD>
-__device__ __forceinline__ void hopper_consume(const AttnParams<T>& p, const HopperSmem<HD>& sm, const PrefillBlock& blk,
-                                               int cw, int lane) {
+struct HopperConsumer {
     using Shape = HopperShape<HD>;
-    constexpr int BN = Shape::BN, STAGES = Shape::STAGES, NT = BN / 8, DT = HD / 8;
-    const int wg_row0 = cw / 4 * 64;
-    auto row_pos = [&](int r) { return blk.pos0 + blk.map.token(cw * 16 + r); };
-    float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {}, corr[1][2];
-    float sc[1][NT][4];      // the tile's scores, then probabilities
-    uint32_t pa[NT / 2][4];  // the probabilities as P·V's A operand
-    const float c = p.scale * kLog2e;
-    const int tile_lo = blk.keys.lo / BN, tile_hi = (blk.keys.hi - 1) / BN;
+    static constexpr int BN = Shape::BN, STAGES = Shape::STAGES, NT = BN / 8, DT = HD / 8;
+    using Scores = float[1][NT][4];  // a tile's scores, then its probabilities
+    using Probs = uint32_t[NT / 2][4];  // the probabilities as P·V's A operand
 
-    // The steps of tile number `it` (its stage and phase) of the block's walk.
-    auto issue_scores = [&](int it, float(&s)[1][NT][4]) {  // S = Q·K_tileᵀ: HD/16 wgmma, operands in shared memory
-        mbar_wait(sm.k_full(it % STAGES), it / STAGES & 1);
+    const AttnParams<T>& p;
+    const HopperSmem<HD>& sm;
+    const PrefillBlock& blk;
+    const int cw, lane, wg_row0;  // wg_row0: the warpgroup's first row of the Q tile
+    const float c;                // scale · log2(e): the softmax works in powers of 2
+    float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
+    int it = 0;
+
+    __device__ __forceinline__ HopperConsumer(const AttnParams<T>& p_, const HopperSmem<HD>& sm_, const PrefillBlock& blk_,
+                                              int cw_, int lane_)
+        : p(p_), sm(sm_), blk(blk_), cw(cw_), lane(lane_), wg_row0(cw_ / 4 * 64), c(p_.scale * kLog2e) {}
+
+    // S = Q·K_tileᵀ for tile t of the walk: HD/16 wgmma, both operands in shared memory.
+    __device__ __forceinline__ void issue_scores(int t, Scores& s) {
+        mbar_wait(sm.k_full(t % STAGES), t / STAGES & 1);
         wgmma_fence();
-        wgmma_ss<T, BN, false>(s[0], sm.q().kmajor(wg_row0, 0), sm.k(it % STAGES).kmajor(0, 0));
+        wgmma_ss<T, BN, false>(s[0], sm.q().kmajor(wg_row0, 0), sm.k(t % STAGES).kmajor(0, 0));
 #pragma unroll
-        for (int d = 16; d < HD; d += 16)
-            wgmma_ss<T, BN, true>(s[0], sm.q().kmajor(wg_row0, d), sm.k(it % STAGES).kmajor(0, d));
+        for (int d = 16; d < HD; d += 16) wgmma_ss<T, BN, true>(s[0], sm.q().kmajor(wg_row0, d), sm.k(t % STAGES).kmajor(0, d));
         wgmma_commit();
-    };
-    auto issue_pv = [&](int it, const uint32_t(&a)[NT / 2][4]) {  // O += P·V_tile: BN/16 wgmma, P from registers
+    }
+    __device__ __forceinline__ void wait_v(int t) { mbar_wait(sm.v_full(t % STAGES), t / STAGES & 1); }
+    // O += P·V_tile for tile t of the walk (after wait_v): BN/16 wgmma, P from registers.
+    __device__ __forceinline__ void issue_pv(int t, const Probs& a) {
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], a[kk], sm.v(it % STAGES).mnmajor(kk * 16));
+        for (int kk = 0; kk < NT / 2; kk++) wgmma_rs<T, HD>(o[0], a[kk], sm.v(t % STAGES).mnmajor(kk * 16));
         wgmma_commit();
-    };
-    auto release = [&](int it) {  // this warp is done with the tile's stage
+    }
+    // This warp is done with the stage of the walk's current tile: on to the next.
+    __device__ __forceinline__ void release() {
         __syncwarp();
         if (lane == 0) mbar_arrive(sm.empty(it % STAGES));
-    };
-    auto one_step = [&](int tile, int it) {
+        it++;
+    }
+
+    // One tile, one step after the other (the mask where some row sees it in part).
+    __device__ __forceinline__ void one_step(int tile) {
         const int key0 = tile * BN;
-        issue_scores(it, sc);
+        Scores s;
+        Probs a;
+        issue_scores(it, s);
         wgmma_wait<0>();
-        wgmma_touch(sc[0]);
-        if (blk.partial(key0, BN, p.window)) mask_scores<1, NT>(sc, row_pos, key0, p.window, lane);
-        online_softmax<1, NT, DT>(sc, m, l, o, c);
-        pack_probabilities<T, NT>(pa, sc[0]);
-        mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
+        wgmma_touch(s[0]);
+        if (blk.partial(key0, BN, p.window)) {
+            auto row_pos = [&](int r) { return blk.pos0 + blk.map.token(cw * 16 + r); };
+            mask_scores<1, NT>(s, row_pos, key0, p.window, lane);
+        }
+        online_softmax<1, NT, DT>(s, m, l, o, c);
+        pack_probabilities<T, NT>(a, s[0]);
+        wait_v(it);
         if (blk.keys.hi - key0 < BN) {  // the last tile ends inside a page: rows past hi - 1 may be NaN
             zero_rows_from(sm.v(it % STAGES), blk.keys.hi - key0, cw * 32 + lane, 256);
             fence_proxy_async();
             named_barrier_sync(1, 256);
         }
-        issue_pv(it, pa);
+        issue_pv(it, a);
         wgmma_wait<0>();
         wgmma_touch(o[0]);
-        release(it);
-    };
-
-    mbar_wait(sm.q_full(), 0);
-    int it = 0, tile = tile_lo;
-    if constexpr (Shape::PIPELINED) {
-        int full_lo = tile_lo, full_hi;  // the whole tiles: full_lo .. full_hi (none if full_hi < full_lo)
-        while (full_lo <= tile_hi && blk.partial(full_lo * BN, BN, p.window)) full_lo++;
-        for (full_hi = full_lo - 1; full_hi < tile_hi && !blk.partial((full_hi + 1) * BN, BN, p.window);) full_hi++;
-        for (; tile < full_lo && tile <= tile_hi; tile++) one_step(tile, it++);
-        if (full_lo <= full_hi) {  // whole tiles: no mask, and no V row past keys.hi to zero
-            // P of the tile in flight and P of the next one take turns in pa2[0] and pa2[1], so
-            // the registers P·V reads are never written while it runs (a copy between two
-            // buffers made ptxas serialize the wgmma, warning C7513). The softmax of the next
-            // tile is written to run while P·V does; o is rescaled once P·V has landed.
-            uint32_t pa2[2][NT / 2][4];
-            issue_scores(it, sc);
-            wgmma_wait<0>();
-            wgmma_touch(sc[0]);
-            online_softmax<1, NT, DT>(sc, m, l, o, c);
-            pack_probabilities<T, NT>(pa2[0], sc[0]);
-            // P·V of tile `it` (P in cur) with S of the tile after it, whose P goes to next.
-            // Ping-pong: group g issues after barrier 2 + g and then opens the other group's
-            // barrier. Both groups take the same steps (the whole tiles are the block's).
-            const int group = cw / 4;
-            auto step = [&](const uint32_t(&cur)[NT / 2][4], uint32_t(&next)[NT / 2][4]) {
-                float s_next[1][NT][4];
-                named_barrier_sync(2 + group, 256);  // this group's turn at the tensor cores
-                issue_scores(it + 1, s_next);
-                mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
-                issue_pv(it, cur);
-                named_barrier_arrive(3 - group, 256);  // the other group's turn
-                wgmma_wait<1>();  // the scores (P·V may still run)
-                wgmma_touch(s_next[0]);
-                const bool same = softmax_scores<1, NT>(s_next, m, l, corr, c);
-                pack_probabilities<T, NT>(next, s_next[0]);
-                wgmma_wait<0>();
-                wgmma_touch(o[0]);
-                if (!same) rescale_o<1, DT>(o, corr);
-                release(it++);
-            };
-            auto last_pv = [&](const uint32_t(&cur)[NT / 2][4]) {
-                mbar_wait(sm.v_full(it % STAGES), it / STAGES & 1);
-                issue_pv(it, cur);
-                wgmma_wait<0>();
-                wgmma_touch(o[0]);
-                release(it++);
-            };
-            if (group == 1) named_barrier_arrive(2, 256);  // group 0 goes first
-            for (int t = full_lo + 1;; t += 2) {
-                if (t > full_hi) { last_pv(pa2[0]); break; }
-                step(pa2[0], pa2[1]);
-                if (t + 1 > full_hi) { last_pv(pa2[1]); break; }
-                step(pa2[1], pa2[0]);
-            }
-            if (group == 0) named_barrier_sync(2, 256);  // group 1's last opening of barrier 2
-            tile = full_hi + 1;
-        }
+        release();
     }
-    for (; tile <= tile_hi; tile++) one_step(tile, it++);
-    store_rows<T, 1, DT>(p, blk.map, o, l, cw * 16, lane);
-}
+
+    // Tiles lo .. hi, each seen whole by every row: no mask, and no V row past keys.hi to zero.
+    // P of the tile in flight and P of the next one take turns in pa[0] and pa[1], so the
+    // registers P·V reads are never written while it runs (a copy between two buffers made
+    // ptxas serialize the wgmma, warning C7513). o is rescaled once P·V has landed.
+    // Ping-pong: group g issues after named barrier 2 + g and then opens the other group's
+    // barrier. Both groups take the same steps (the whole tiles are the block's), so the
+    // arrivals and the waits pair up.
+    __device__ __forceinline__ void whole_tiles(int lo, int hi) {
+        const int group = cw / 4;
+        Probs pa[2];
+        {
+            Scores s;
+            issue_scores(it, s);
+            wgmma_wait<0>();
+            wgmma_touch(s[0]);
+            online_softmax<1, NT, DT>(s, m, l, o, c);
+            pack_probabilities<T, NT>(pa[0], s[0]);
+        }
+        // P·V of tile `it` (P in cur) with S of the tile after it, whose P goes to next.
+        auto step = [&](const Probs& cur, Probs& next) {
+            Scores s;
+            float corr[1][2];
+            named_barrier_sync(2 + group, 256);  // this group's turn at the tensor cores
+            issue_scores(it + 1, s);
+            wait_v(it);
+            issue_pv(it, cur);
+            named_barrier_arrive(3 - group, 256);  // the other group's turn
+            wgmma_wait<1>();  // the scores (P·V may still run)
+            wgmma_touch(s[0]);
+            const bool same = softmax_scores<1, NT>(s, m, l, corr, c);
+            pack_probabilities<T, NT>(next, s[0]);
+            wgmma_wait<0>();
+            wgmma_touch(o[0]);
+            if (!same) rescale_o<1, DT>(o, corr);
+            release();
+        };
+        auto last_pv = [&](const Probs& cur) {
+            wait_v(it);
+            issue_pv(it, cur);
+            wgmma_wait<0>();
+            wgmma_touch(o[0]);
+            release();
+        };
+        if (group == 1) named_barrier_arrive(2, 256);  // group 0 goes first
+        for (int t = lo + 1;; t += 2) {
+            if (t > hi) { last_pv(pa[0]); break; }
+            step(pa[0], pa[1]);
+            if (t + 1 > hi) { last_pv(pa[1]); break; }
+            step(pa[1], pa[0]);
+        }
+        if (group == 0) named_barrier_sync(2, 256);  // group 1's last opening of barrier 2
+    }
+
+    // The walk over the block's tiles, then out = o / l.
+    __device__ __forceinline__ void run() {
+        const int tile_lo = blk.keys.lo / BN, tile_hi = (blk.keys.hi - 1) / BN;
+        mbar_wait(sm.q_full(), 0);
+        int tile = tile_lo;
+        if constexpr (Shape::PIPELINED) {
+            int lo = tile_lo, hi;  // the whole tiles: lo .. hi (none if hi < lo)
+            while (lo <= tile_hi && blk.partial(lo * BN, BN, p.window)) lo++;
+            for (hi = lo - 1; hi < tile_hi && !blk.partial((hi + 1) * BN, BN, p.window);) hi++;
+            for (; tile < lo && tile <= tile_hi; tile++) one_step(tile);
+            if (lo <= hi) {
+                whole_tiles(lo, hi);
+                tile = hi + 1;
+            }
+        }
+        for (; tile <= tile_hi; tile++) one_step(tile);
+        store_rows<T, 1, DT>(p, blk.map, o, l, cw * 16, lane);
+    }
+};
 
 #endif  // sm_90a
 
@@ -294,7 +337,7 @@ __global__ void __launch_bounds__(HopperShape<HD>::THREADS, 1)
         if (warp == 0) hopper_produce<T, HD>(args, sm, blk, lane);
     } else {
         setmaxnreg_inc<Shape::CONSUMER_REGS>();
-        hopper_consume<T, HD>(args.p, sm, blk, warp - 4, lane);
+        HopperConsumer<T, HD>(args.p, sm, blk, warp - 4, lane).run();
     }
 #endif
 }
@@ -323,6 +366,9 @@ void launch_prefill_hopper(const AttnParams<T>& p, cudaStream_t stream) {
     const uint32_t kv_box[2] = {64, (uint32_t)a.box_rows};
     a.k = tensor_map(p.k, 2, kv_dims, kv_strides, kv_box, half);
     a.v = tensor_map(p.v, 2, kv_dims, kv_strides, kv_box, half);
+    const uint32_t tile_box[2] = {64, (uint32_t)Shape::BN};
+    a.k_tile = tensor_map(p.k, 2, kv_dims, kv_strides, tile_box, half);
+    a.v_tile = tensor_map(p.v, 2, kv_dims, kv_strides, tile_box, half);
     constexpr auto kernel = attention_prefill_hopper_kernel<T, HD>;
     allow_smem<kernel>(Shape::kSmem);
     kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), Shape::THREADS, Shape::kSmem, stream>>>(a);

@@ -51,8 +51,10 @@ int KvCache::fork(int parent) {
 
 void KvCache::free(int seq) {
     if (!alive(seq)) return;
+    // Last block first, so that the first ends on top of the stack: the next sequence gets the
+    // blocks back in counting order, and the Hopper prefill copies such runs a whole tile at a time.
     for (int k = 0; k < 2; k++)
-        for (int b : seqs_[seq].blocks[k]) release(k, b);
+        for (auto b = seqs_[seq].blocks[k].rbegin(); b != seqs_[seq].blocks[k].rend(); ++b) release(k, *b);
     seqs_[seq] = Seq{};
 }
 

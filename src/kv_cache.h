@@ -27,6 +27,7 @@ public:
     int new_sequence();
     int fork(int parent);            // a new sequence sharing all of parent's blocks
     void free(int seq);              // its blocks go back to the pool (when no one else holds them)
+                                     // and come out again in the order they had
     void clear();                    // frees every sequence
     int len(int seq) const { return seqs_.at(seq).len; }
     bool alive(int seq) const { return seq >= 0 && seq < (int)seqs_.size() && seqs_[seq].alive; }

@@ -57,13 +57,16 @@ bool gpu_available() {
 struct Case {
     std::vector<int> pos0;  // per sequence: position of its first query (batch = its size)
     int n_q, nH, nKV, hd, window, s_cap, block_size;
+    // The pool's blocks dealt in order (block j of the first sequence is pool block j, as for a
+    // fresh cache) but for one pair swapped mid-sequence, instead of shuffled.
+    bool in_order = false;
     std::string str() const {
         std::string p;
         for (size_t b = 0; b < pos0.size() && b < 4; b++) p += (b ? "," : "") + std::to_string(pos0[b]);
         if (pos0.size() > 4) p += ",... (" + std::to_string(pos0.size()) + ")";
         char s[160];
-        snprintf(s, sizeof s, "pos0=%s n_q=%d nH=%d nKV=%d hd=%d win=%d s_cap=%d bs=%d", p.c_str(), n_q, nH, nKV, hd,
-                 window, s_cap, block_size);
+        snprintf(s, sizeof s, "pos0=%s n_q=%d nH=%d nKV=%d hd=%d win=%d s_cap=%d bs=%d%s", p.c_str(), n_q, nH, nKV, hd,
+                 window, s_cap, block_size, in_order ? " in order" : "");
         return s;
     }
 };
@@ -205,8 +208,9 @@ struct Problem {
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<int> perm(pool_blocks);
         std::iota(perm.begin(), perm.end(), 0);
-        std::shuffle(perm.begin(), perm.end(), rng);
         const int bs = c.block_size;
+        if (!c.in_order) std::shuffle(perm.begin(), perm.end(), rng);
+        else if (blocks_of(c, 0) > 2) std::swap(perm[blocks_of(c, 0) / 2], perm[blocks_of(c, 0) / 2 + 1]);
         int used = 0;
         table.assign((size_t)batch * stride, 0);
         for (int b = 0; b < batch; b++)
@@ -416,7 +420,8 @@ TYPED_TEST(Attention, NaiveEqualsFlash) {
 // The Hopper prefill kernel (attention_prefill_hopper.cuh), where it runs, on the shapes that
 // stress its TMA pages and wgmma tiles, next to the mma.sync kernel on the same inputs: S = 1,
 // 63, 65, 127, 1000, 4097; chunks at an offset; windows shorter than a tile; GQA 1/2/4/5/8;
-// head sizes 64, 128, 256; blocks of 8 to 256 tokens (pages smaller and larger than a tile).
+// head sizes 64, 128, 256; blocks of 8 to 256 tokens (pages smaller and larger than a tile);
+// tables in order, where whole tiles come in one copy, with one pair of pages out of order.
 const std::vector<Case> kHopperCases = {
     // pos0  n_q nH nKV  hd  win s_cap  bs
     {{0}, 1, 4, 4, 128, 0, 16, 16},             // S = 1
@@ -429,6 +434,10 @@ const std::vector<Case> kHopperCases = {
     {{200}, 257, 8, 8, 128, 40, 600, 16},       // window 40, shorter than a tile
     {{1000}, 300, 16, 2, 256, 100, 1400, 256},  // hd 256, GQA 8, window, pages larger than a tile
     {{37}, 130, 10, 2, 64, 0, 200, 128},        // GQA 5 at an offset, page = tile
+    {{0}, 1100, 8, 4, 128, 0, 1100, 16, true},  // pages in order (whole tiles in one copy), one pair swapped
+    {{60}, 700, 4, 4, 64, 0, 800, 8, true},     // the same at an offset, hd 64, pages of 8
+    {{0}, 600, 10, 2, 256, 0, 600, 16, true},   // hd 256 (tiles of 64 keys), GQA 5
+    {{100}, 900, 8, 8, 128, 300, 1000, 16, true},  // a window: the released pages are copied apart
 };
 
 template <typename T>

@@ -35,6 +35,39 @@ TEST(KvCache, BlocksForksCopyOnWriteAndRelease) {
     EXPECT_EQ(kv.free_blocks(0), 8);
 }
 
+// A fresh pool, and a pool whose sequences were freed, deal a new sequence consecutive blocks in
+// counting order (the Hopper prefill then copies whole tiles of pages at once).
+TEST(KvCache, NewSequencesGetBlocksInCountingOrder) {
+    KvCache kv({32, 0}, 4, 0);
+    auto counts_up = [&](int seq) {
+        const std::vector<int>& t = kv.table(seq, 0);
+        for (size_t j = 1; j < t.size(); j++)
+            if (t[j] != t[j - 1] + 1) return false;
+        return true;
+    };
+    int a = kv.new_sequence();
+    kv.reserve(a, 40);  // 10 blocks
+    kv.commit(a, 40);
+    EXPECT_TRUE(counts_up(a));
+    int b = kv.new_sequence();
+    kv.reserve(b, 20);
+    kv.commit(b, 20);
+    EXPECT_TRUE(counts_up(b));
+    kv.free(a);
+    kv.free(b);
+    int c = kv.new_sequence();
+    kv.reserve(c, 60);  // 15 blocks: b's 5 (freed last), then a's 10, each run in counting order
+    kv.commit(c, 60);
+    const std::vector<int> t = kv.table(c, 0);
+    const std::vector<int> expected = {10, 11, 12, 13, 14, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    EXPECT_EQ(t, expected);
+    kv.free(c);
+    int d = kv.new_sequence();
+    kv.reserve(d, 60);
+    kv.commit(d, 60);
+    EXPECT_EQ(kv.table(d, 0), t);  // the same blocks, in the same order
+}
+
 TEST(KvCache, ExhaustionIsAnErrorAndChangesNothing) {
     KvCache kv({3, 0}, 4, 0);
     int a = kv.new_sequence();
