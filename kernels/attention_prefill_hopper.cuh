@@ -12,7 +12,11 @@
 //              its registers to the consumers). One thread loads the Q tile with TMA; then, per
 //              K/V tile, once consumers have freed the stage, its lanes issue one TMA copy each:
 //              a page of the block table (block_size keys, or BN when pages are larger) of one
-//              64-dim panel, straight from the paged pool. STAGES tiles are in flight.
+//              64-dim panel, straight from the paged pool. When the tile's pages follow each
+//              other in the pool and every key of it is visible, one copy per panel brings the
+//              whole tile: sixteen 2 KB copies per tile (16-token pages) held the kernel at
+//              590 TFLOP/s where whole-tile copies give 650 (docs/attention_notes.md). STAGES
+//              tiles are in flight.
 //   consumers  warpgroups 1 and 2, 64 query rows each. Per tile: S[64 x BN] = Q·K_jᵀ as HD/16
 //              wgmma reading both operands from shared memory (once K_j has landed); mask and
 //              online softmax in registers (the steps of attention_steps.cuh: wgmma leaves each
@@ -119,7 +123,7 @@ struct HopperSmem {
 // The producer warp: the Q tile, then each K/V tile of the block once its stage is free, lane i
 // copying page i % pages of panel i / pages (pages * HD/64 <= 32). When the tile's pages lie one
 // after another in the pool (a fresh sequence's table counts up) and every key of the tile is
-// visible, one copy per panel brings the whole tile: TMA moves large boxes faster than 2 KB pages.
+// visible, one copy per panel brings the whole tile (k_tile, v_tile: boxes of BN rows).
 template <typename T, int HD>
 __device__ __forceinline__ void hopper_produce(const HopperArgs<T>& args, const HopperSmem<HD>& sm, const PrefillBlock& blk,
                                                int lane) {
