@@ -1,7 +1,7 @@
 // attention_prefill.cuh: flash attention (FlashAttention-2) for a chunk of queries of one
 // sequence, on mma.sync tensor cores.
 // defines: attn::kPrefillBM, attn::kPrefillBN, attn::PrefillShape, attn::PrefillBlock, attn::prefill_block,
-//          attn::store_rows, attn::attention_prefill_kernel,
+//          attn::prefill_grid, attn::store_rows, attn::attention_prefill_kernel,
 //          attn::prefill_smem_bytes, attn::launch_prefill
 //
 // A block owns BM = 128 query rows Q_b (the g = nH/nKV heads of one KV head, for BM/g tokens)
@@ -11,8 +11,8 @@
 // (the steps: attention_steps.cuh), so K and V are read once per block and the work is
 // 4·BM·keys·hd flops for 2·keys·hd·2 bytes of K/V.
 //
-//   Grid (nKV, query blocks). The latest tokens go first, across all heads: causal blocks at the
-//   end of the sequence have the most work, so the light ones fill the tail. At HD 64 and 128:
+//   Grid: nKV x query blocks, in groups of KV heads whose K/V fit in the L2 together, the latest
+//   tokens of a group first (prefill_block). At HD 64 and 128:
 //   4 warps, each 32 rows = 2 m-tiles, so every K/V fragment read from shared memory feeds 2
 //   mma. At HD 256 a warp's o would take 256 fp32 registers per lane that way, so the block has
 //   8 warps of 16 rows (one m-tile) instead: still 128 rows, so each K/V tile serves as many
@@ -49,8 +49,12 @@ struct PrefillShape {
     static constexpr int MIN_BLOCKS = HD <= 128 ? 2 : 1;  // per SM, as shared memory allows
 };
 
-// The query rows and keys of the prefill block (blockIdx.x: its KV head, blockIdx.y: its query
-// block of BM rows, latest first), shared by this kernel and the Hopper one.
+// The query rows and keys of the prefill block, shared by this kernel and the Hopper one. The
+// grid (prefill_grid) is one row of nKV x query-blocks blocks, handed out in groups of KV heads
+// whose K and V fit together in kL2GroupKiB, so that the blocks resident at one time share
+// them in the L2 (a 32/32-head S 16384 prefill's K/V come to 256 MB: all heads at once thrash
+// it); inside a group, the latest query blocks first: causal blocks at the end of the sequence
+// have the most work, so the light ones fill the tail (FlashAttention-3's LPT schedule).
 struct PrefillBlock {
     RowMap map;
     int pos0, pos_lo, pos_hi;  // positions of token 0 and of the block's first and last token
@@ -61,13 +65,23 @@ struct PrefillBlock {
         return key0 + bn - 1 > pos_lo || (window > 0 && key0 <= pos_hi - window);
     }
 };
+constexpr int kL2GroupKiB = 32 << 10;  // about half the L2 of an H100 or H200
 template <int BM, typename T>
 __device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T>& p) {
-    const int g = p.nH / p.nKV, tokens = BM / g;
-    const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens, t_end = min(p.n_q, t0 + tokens);
-    const int pos0 = p.pos0[0], pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
-    return {{g, (int)blockIdx.x, t0, (t_end - t0) * g}, pos0, pos_lo, pos_hi, visible_keys(pos_lo, pos_hi, p.window)};
+    const int g = p.nH / p.nKV, tokens = BM / g, blocks = gridDim.x / p.nKV;  // blocks: per KV head
+    const int pos0 = p.pos0[0];
+    // One KV head's K and V over pos0 + n_q keys, in KiB: 32-bit arithmetic, as every block of
+    // the grid pays for it before its first copy (a 64-bit division cost 4% at hd 64, S 4096).
+    const int head_kib = (pos0 + p.n_q) / 16 * p.hd * (int)sizeof(T) / 32;
+    const int group = min(p.nKV, max(1, kL2GroupKiB / max(head_kib, 1)));
+    const int head0 = (int)blockIdx.x / (group * blocks) * group, heads = min(group, p.nKV - head0);
+    const int i = (int)blockIdx.x - head0 * blocks;  // in the group: query block i / heads of head i % heads
+    const int t0 = (blocks - 1 - i / heads) * tokens, t_end = min(p.n_q, t0 + tokens);
+    const int pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
+    return {{g, head0 + i % heads, t0, (t_end - t0) * g}, pos0, pos_lo, pos_hi, visible_keys(pos_lo, pos_hi, p.window)};
 }
+template <typename T>
+dim3 prefill_grid(const AttnParams<T>& p, int tokens) { return dim3((p.n_q + tokens - 1) / tokens * p.nKV); }
 
 // out = o / l for a warp's MT m-tiles from block row row0, with l summed over the 4 lanes that
 // share a row. Rows past map.rows and dims past hd (a padded tile) are not stored.
@@ -156,7 +170,7 @@ void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     static_assert(smem <= kMaxSmemBytes && (smem + kSmemReservedBytes) * Shape::MIN_BLOCKS <= kSmemPerSmBytes,
                   "MIN_BLOCKS blocks fit in an SM's shared memory");
     allow_smem<kernel>(smem);
-    kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), Shape::THREADS, smem, stream>>>(p);
+    kernel<<<prefill_grid(p, tokens), Shape::THREADS, smem, stream>>>(p);
     cudaCheckLaunch();
 }
 

@@ -375,7 +375,7 @@ void launch_prefill_hopper(const AttnParams<T>& p, cudaStream_t stream) {
     a.v_tile = tensor_map(p.v, 2, kv_dims, kv_strides, tile_box, half);
     constexpr auto kernel = attention_prefill_hopper_kernel<T, HD>;
     allow_smem<kernel>(Shape::kSmem);
-    kernel<<<dim3(p.nKV, (p.n_q + tokens - 1) / tokens), Shape::THREADS, Shape::kSmem, stream>>>(a);
+    kernel<<<prefill_grid(p, tokens), Shape::THREADS, Shape::kSmem, stream>>>(a);
     cudaCheckLaunch();
 }
 
