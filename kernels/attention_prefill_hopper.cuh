@@ -201,6 +201,7 @@ struct HopperConsumer {
         for (int d = 16; d < HD; d += 16) wgmma_ss<T, BN, true>(s[0], sm.q().kmajor(wg_row0, d), sm.k(t % STAGES).kmajor(0, d));
         wgmma_commit();
     }
+    // Until V of tile t of the walk has landed.
     __device__ __forceinline__ void wait_v(int t) { mbar_wait(sm.v_full(t % STAGES), t / STAGES & 1); }
     // O += P·V_tile for tile t of the walk (after wait_v): BN/16 wgmma, P from registers.
     __device__ __forceinline__ void issue_pv(int t, const Probs& a) {
