@@ -14,9 +14,11 @@
 // The cache is paged with blocks of 16 tokens; unless said otherwise the block table is the
 // identity (block i of sequence b is pool block b * blocks per sequence + i).
 // Each figure is the median of many launches timed with CUDA events after a warm-up, on
-// uniform random inputs (never zeros). A correctness line compares each kernel with the naive
-// one on the same inputs. Usage: bench_attention [results.txt] (key value lines, read by
-// bench/bench_attention_torch.py to print the comparison with PyTorch; "-" for none) [part].
+// uniform random inputs (never zeros); at S = 16384 also the mean of 400 launches in a row
+// ("sustained": the H200 then sits at its 700 W limit and lowers its clock). A correctness
+// line compares each kernel with the naive one on the same inputs. Usage: bench_attention
+// [results.txt] (key value lines, read by bench/bench_attention_torch.py to print the
+// comparison with PyTorch; "-" for none) [part].
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -80,6 +82,25 @@ double median_ms(F&& run, int warmup, int reps) {
     for (auto& e : ev) cudaCheck(cudaEventDestroy(e));
     std::sort(t.begin(), t.end());
     return t[reps / 2];
+}
+
+// Mean time in ms of one run() over `reps` launches back to back, timed as one span: for seconds
+// of work, so that the GPU runs at its sustained clock under its power limit (a median of a few
+// launches may still run at boost clocks, and so depends on what ran just before).
+template <typename F>
+double sustained_ms(F&& run, int reps) {
+    for (int i = 0; i < 3; i++) run();
+    cudaEvent_t a, b;
+    cudaCheck(cudaEventCreate(&a));
+    cudaCheck(cudaEventCreate(&b));
+    cudaCheck(cudaEventRecord(a));
+    for (int i = 0; i < reps; i++) run();
+    cudaCheck(cudaEventRecord(b));
+    cudaCheck(cudaEventSynchronize(b));
+    float ms = 0;
+    cudaCheck(cudaEventElapsedTime(&ms, a, b));
+    for (cudaEvent_t e : {a, b}) cudaCheck(cudaEventDestroy(e));
+    return ms / reps;
 }
 
 // Median time in ms of one run(i, stream) when `calls` of them are replayed as a CUDA graph
@@ -148,6 +169,7 @@ struct Results {
 // The prefill ladder on one shape: the naive kernels (S <= 4096: they hold S x S x heads fp32
 // scores), the mma.sync flash kernel (its best key tile) and, where it runs, the Hopper kernel.
 // Key "prefill_S_nH_nKV_hd": the fastest flash figure, compared with PyTorch's.
+constexpr int kSustainedReps = 400;  // S 16384: 1.4-1.9 s of back-to-back launches
 void bench_prefill(int S, int nH, int nKV, int hd, Results& res) {
     const size_t nq = (size_t)S * nH * hd, nkv = (size_t)S * nKV * hd;
     bf16 *q = device_random(nq, 1), *k = device_random(nkv, 2), *v = device_random(nkv, 3), *out, *ref;
@@ -190,6 +212,13 @@ void bench_prefill(int S, int nH, int nKV, int hd, Results& res) {
     }
     snprintf(key, sizeof key, "prefill_%d_%d_%d_%d", S, nH, nKV, hd);
     res.put(key, best);
+    if (S >= 16384) {  // the fastest kernel again, at the power limit
+        const PrefillKernel kernel = attention_prefill_hopper_runs(hd) ? PrefillKernel::Hopper : PrefillKernel::MmaSync;
+        const double ms = sustained_ms([&] { attention_prefill(p, 0, kernel); }, kSustainedReps);
+        printf("  %-26s %9.3f ms %7.1f\n", "the same, sustained", ms, tflops(ms));
+        snprintf(key, sizeof key, "prefill_sustained_%d_%d_%d_%d", S, nH, nKV, hd);
+        res.put(key, tflops(ms));
+    }
     if (ws) cudaCheck(cudaFree(ws));
     for (bf16* b : {q, k, v, out, ref}) cudaCheck(cudaFree(b));
     for (int* b : {pos0, table}) cudaCheck(cudaFree(b));
