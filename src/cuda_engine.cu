@@ -3,8 +3,12 @@
 //
 //   T = storage type of weights, GEMM inputs and KV cache (bf16, fp16 or fp32); every kernel
 //   computes in fp32 and rounds once. GEMMs accumulate in fp32 and write fp32; the kernel that
-//   consumes a GEMM output rounds once into T (the next GEMM's input or the KV cache). Logits
-//   are fp32; the residual stream x stays in fp32 (norm.cuh says why).
+//   consumes a GEMM output rounds once into T (the next GEMM's input or the KV cache). One
+//   exception, G: the gate | up product, the largest (2I wide), is written in bf16 when the
+//   weights are bf16, which halves what SwiGLU reads (and SwiGLU's output is bf16 anyway);
+//   fp16 keeps fp32 (its range is too small for the products), and so does FP8 (its products
+//   carry scales still to be applied, fp8_gemm.h). Logits are fp32; the residual stream x
+//   stays in fp32 (norm.cuh says why).
 //
 // Memory: the weights live in one allocation (cuda_weights.cuh: their layout and loading, FP8
 // included); activations for one prefill chunk in a second; the paged KV pools (kv_cache.h) in
@@ -56,7 +60,7 @@ struct LayerCache {
     int kind;         // KvCache::kFull or kSliding: which block tables address its pools
 };
 
-template <typename T>
+template <typename T, typename G>
 class CudaEngine : public Engine {
 public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
@@ -201,7 +205,7 @@ private:
         q_ = b.take<T>(C * Q);              // roped queries     [C, Q]
         att_ = b.take<T>(C * Q);            // attention output  [C, Q]
         o_ = b.take<float>(C * H);          // o_proj / MLP out  [C, H] fp32
-        gu_ = b.take<float>(C * 2 * I);     // gate | up         [C, 2I] fp32
+        gu_ = b.take<G>(C * 2 * I);         // gate | up         [C, 2I] G
         a_ = b.take<T>(C * I);              // swiglu            [C, I]
         if (w_.fp8()) {                     // a GEMM's input in FP8, one scale per row
             const size_t rows = std::max(chunk_, max_batch_), K = fp8_padded_cols((int)std::max({H, Q, I}));
@@ -226,19 +230,21 @@ private:
         }
     }
 
-    // y[rows, N] (fp32) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation. FP8 weights: the small-batch
-    // kernel for a few rows (decode), else x quantized per row and cuBLASLt's FP8 GEMM (or, for
-    // a width cuBLASLt refuses, the small-batch kernel 16 rows at a time). The FP8 GEMM leaves
-    // its scales pending (fp8_gemm.h): they are returned, for the kernel that reads y to apply,
-    // which must run before the next linear() overwrites x8_scale_. With a tensor hook (it reads
-    // y as it is) they are applied here; linear_final always applies them.
-    PendingScale linear(float* y, const T* x, const Weight<T>& W, int rows) {
+    // y[rows, N] (Y: fp32, or G for gate | up) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation.
+    // FP8 weights (G is fp32): the small-batch kernel for a few rows (decode), else x quantized
+    // per row and cuBLASLt's FP8 GEMM (or, for a width cuBLASLt refuses, the small-batch kernel
+    // 16 rows at a time). The FP8 GEMM leaves its scales pending (fp8_gemm.h): they are
+    // returned, for the kernel that reads y to apply, which must run before the next linear()
+    // overwrites x8_scale_. With a tensor hook (it reads y as it is) they are applied here;
+    // linear_final always applies them.
+    template <typename Y>
+    PendingScale linear(Y* y, const T* x, const Weight<T>& W, int rows) {
         if (!W.f8.q) {
             gemm(y, x, W.w, rows, W.K, W.N);
             return {};
         }
-        if constexpr (std::is_same_v<T, float>) {
-            fail("FP8 weights need a 16-bit activation type");
+        if constexpr (std::is_same_v<T, float> || !std::is_same_v<Y, float>) {
+            fail("FP8 weights need a 16-bit activation type and fp32 products");
         } else if (rows <= kFp8GemvMaxRows || !Fp8Gemm::supports(W.f8)) {
             for (int r = 0; r < rows; r += kFp8GemvMaxRows)
                 fp8_gemv(y + (size_t)r * W.N, x + (size_t)r * W.K, W.f8, std::min(kFp8GemvMaxRows, rows - r), stream_);
@@ -272,10 +278,11 @@ private:
 
     // The same in T with cuBLAS. In its column-major terms: yᵀ (N x rows) = W (op T of the
     // K x N column-major view) · xᵀ (K x rows).
-    void gemm(float* y, const T* x, const T* W, int rows, int K, int N) {
+    template <typename Y>
+    void gemm(Y* y, const T* x, const T* W, int rows, int K, int N) {
         const float one = 1.0f, zero = 0.0f;
         cublasCheck(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, K, &one, W, cuda_type<T>(), K, x,
-                                 cuda_type<T>(), K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                 cuda_type<T>(), K, &zero, y, cuda_type<Y>(), N, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
     }
 
@@ -419,7 +426,8 @@ private:
     cublasHandle_t cublas_ = nullptr;
     Arena buffers_, kv_arena_;
     std::vector<LayerCache<T>> layers_;
-    float *x_, *qkv_, *o_, *gu_;
+    float *x_, *qkv_, *o_;
+    G* gu_;
     T *xn_, *q_, *att_, *a_;
     uint8_t* x8_ = nullptr;               // FP8 GEMM input [max(chunk, batch), ld] E4M3
     float* x8_scale_ = nullptr;           // its scale per row
@@ -463,20 +471,22 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint*
     if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
     switch (dt) {
         case DeviceDType::F32:
-            return std::make_unique<CudaEngine<float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
+            return std::make_unique<CudaEngine<float, float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
         case DeviceDType::F16:
-            return std::make_unique<CudaEngine<__half>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
+            return std::make_unique<CudaEngine<__half, float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
         case DeviceDType::FP8: {
             cudaDeviceProp p;
             cudaCheck(cudaGetDeviceProperties(&p, 0));
             if (p.major * 10 + p.minor < 89)
                 fail("--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or newer); this GPU is " +
                      std::to_string(p.major) + "." + std::to_string(p.minor));
-            return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, true, progress);
+            return std::make_unique<CudaEngine<__nv_bfloat16, float>>(c, ck, max_seq, kv_blocks, max_batch, true,
+                                                                       progress);
         }
         case DeviceDType::BF16: break;
     }
-    return std::make_unique<CudaEngine<__nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
+    return std::make_unique<CudaEngine<__nv_bfloat16, __nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, false,
+                                                                       progress);
 }
 
 }  // namespace olmo
