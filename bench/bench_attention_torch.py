@@ -133,7 +133,7 @@ def main():
         rows.append((f"prefill S={S} {nH}/{nKV} hd {hd}", f"prefill_{S}_{nH}_{nKV}_{hd}", f"{res[name]:.1f} ({name})",
                      "TFLOP/s", res[name]))
         if "cudnn_sustained" in res:
-            rows.append((f"  the same, sustained", f"prefill_sustained_{S}_{nH}_{nKV}_{hd}",
+            rows.append(("  the same, sustained", f"prefill_sustained_{S}_{nH}_{nKV}_{hd}",
                          f"{res['cudnn_sustained']:.1f} (cudnn)", "TFLOP/s", res["cudnn_sustained"]))
     for nH, nKV in ((32, 32), (40, 8)):
         res = decode(nH, nKV)
