@@ -2,13 +2,14 @@
 // list of kernel launches (kernels/*.cuh) and cuBLAS GEMMs.
 //
 //   T = storage type of weights, GEMM inputs and KV cache (bf16, fp16 or fp32); every kernel
-//   computes in fp32 and rounds once. GEMMs accumulate in fp32 and write fp32; the kernel that
-//   consumes a GEMM output rounds once into T (the next GEMM's input or the KV cache). One
-//   exception, G: the gate | up product, the largest (2I wide), is written in bf16 when the
-//   weights are bf16, which halves what SwiGLU reads (and SwiGLU's output is bf16 anyway);
-//   fp16 keeps fp32 (its range is too small for the products), and so does FP8 (its products
-//   carry scales still to be applied, fp8_gemm.h). Logits are fp32; the residual stream x
-//   stays in fp32 (norm.cuh says why).
+//   computes in fp32 and rounds once. GEMMs accumulate in fp32; the kernel that consumes a
+//   GEMM output rounds once into T (the next GEMM's input or the KV cache). G is the type the
+//   two widest products, q|k|v and gate|up, are written in: bf16 when the weights are bf16,
+//   which halves what RoPE and SwiGLU read (their outputs are bf16 anyway); fp32 for fp16 (its
+//   range is too small for the products) and for FP8 (its products carry scales still to be
+//   applied, fp8_gemm.h). The o and down products, which join the residual stream x, stay
+//   fp32 (in bf16 as well they cost a golden bar: docs/architecture.md); x stays in fp32
+//   (norm.cuh says why), and so do the logits.
 //
 // Memory: the weights live in one allocation (cuda_weights.cuh: their layout and loading, FP8
 // included); activations for one prefill chunk in a second; the paged KV pools (kv_cache.h) in
@@ -123,7 +124,7 @@ protected:
             for (int r = 0; r < n; r++) pos[r] = pos0 + (int)done + r;
             meta_.upload(*kv_, std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {step},
                          stream_);
-            forward_rows(n, /*batch=*/1, /*prefill=*/true);
+            forward_rows(n, /*batch=*/1, /*prefill=*/true, last ? Out::Logits : Out::CacheOnly);
             if (last && id) draw({s});
             done += n;
         }
@@ -163,7 +164,7 @@ protected:
             meta_.upload(*kv_, std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {0},
                          stream_);
             cudaCheck(cudaMemcpyAsync(targets_, target.data(), sizeof(int) * n, cudaMemcpyHostToDevice, stream_));
-            forward_rows(n, /*batch=*/1, /*prefill=*/true, /*score=*/true);
+            forward_rows(n, /*batch=*/1, /*prefill=*/true, Out::Scores);
             const size_t scored = std::min((size_t)n, ids.size() - 1 - done);
             cudaCheck(cudaMemcpyAsync(logprobs + done, logprobs_, sizeof(float) * scored, cudaMemcpyDeviceToHost, stream_));
             cudaCheck(cudaStreamSynchronize(stream_));   // `target` is read before it goes
@@ -201,7 +202,7 @@ private:
         for (auto& L : layers_) L.inv_freq = b.take<float>(hd2);
         x_ = b.take<float>(C * H);          // residual stream   [C, H] fp32
         xn_ = b.take<T>(C * H);             // next GEMM's input [C, H]: LN(x) (OLMo-1) or x in T
-        qkv_ = b.take<float>(C * (Q + 2 * KV));  // fused projection [C, Q+2KV] fp32
+        qkv_ = b.take<G>(C * (Q + 2 * KV));  // fused projection [C, Q+2KV] G
         q_ = b.take<T>(C * Q);              // roped queries     [C, Q]
         att_ = b.take<T>(C * Q);            // attention output  [C, Q]
         o_ = b.take<float>(C * H);          // o_proj / MLP out  [C, H] fp32
@@ -230,7 +231,7 @@ private:
         }
     }
 
-    // y[rows, N] (Y: fp32, or G for gate | up) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation.
+    // y[rows, N] (Y: fp32 or G) = x[rows, K] · W[N, K]ᵀ, fp32 accumulation.
     // FP8 weights (G is fp32): the small-batch kernel for a few rows (decode), else x quantized
     // per row and cuBLASLt's FP8 GEMM (or, for a width cuBLASLt refuses, the small-batch kernel
     // 16 rows at a time). The FP8 GEMM leaves its scales pending (fp8_gemm.h): they are
@@ -260,9 +261,12 @@ private:
         PendingScale s = linear(y, x, W, rows);
         settle(y, s, rows, W.N);
     }
-    // Applies the scales pending on y [rows, cols] (one pass), so that y is final.
-    void settle(float* y, PendingScale& s, int rows, int cols) {
-        if (s.row) scale_rows_cols(y, s.row, s.col, rows, cols, stream_);
+    // Applies the scales pending on y [rows, cols] (one pass), so that y is final. (Only FP8's
+    // products carry scales, and they are fp32.)
+    template <typename Y>
+    void settle(Y* y, PendingScale& s, int rows, int cols) {
+        if constexpr (std::is_same_v<Y, float>)
+            if (s.row) scale_rows_cols(y, s.row, s.col, rows, cols, stream_);
         s = {};
     }
 
@@ -332,11 +336,15 @@ private:
         if (ids) std::copy(host_ids_, host_ids_ + B, ids);
     }
 
+    // What a forward pass leaves behind, besides the rows' K/V in the cache: the fp32 logits of
+    // each sequence's last token in logits_ [batch, V]; each row's log-probability of
+    // targets_[row] in logprobs_ [n] (a prefill chunk being scored: score_rows); or nothing
+    // more (a prefill chunk before the prompt's last).
+    enum class Out { Logits, Scores, CacheOnly };
+
     // The forward pass over n token rows described by meta_ (a prefill chunk of one sequence,
-    // or one token for each of `batch` sequences): a list of launches. Leaves the fp32 logits
-    // of each sequence's last token in logits_ [batch, V]; with `score` (a prefill chunk) instead
-    // each row's log-probability of targets_[row] in logprobs_ [n] (score_rows).
-    void forward_rows(int n, int batch, bool prefill, bool score = false) {
+    // or one token for each of `batch` sequences): a list of launches.
+    void forward_rows(int n, int batch, bool prefill, Out out = Out::Logits) {
         const int H = c_.hidden, hd = c_.head_dim, Q = c_.q_dim(), KV = c_.kv_dim();
         const int QKV = Q + 2 * KV, nH = c_.n_heads, nKV = c_.n_kv_heads;
         const bool olmo1 = c_.family == Family::Olmo1;
@@ -356,8 +364,8 @@ private:
                 settle(qkv_, s_qkv, n, QKV);
                 clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
             }
-            RopeParams<T, float> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
-                                    L.inv_freq, L.rope_scale};
+            RopeParams<T, G> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
+                                L.inv_freq, L.rope_scale};
             rp.scale = s_qkv;
             if (!olmo1) rp.q_norm = W.q_norm, rp.k_norm = W.k_norm, rp.eps = eps;   // full-width QK-norm
             if (hook) rp.normed = qkv_;                                          // (the hook reads it there)
@@ -367,30 +375,40 @@ private:
             emit(name + "v", qkv_ + Q + KV, n, KV, QKV);
             emit(name + "q_rope", q_, n, Q, Q);
             emit_cache(name + "k_rope", L, n);
+            // The last layer's output is read only by the logits, so once its K/V are in the
+            // cache a prefill carries on with its last row alone (rows r0 .. n-1), or with none
+            // before the prompt's last chunk. Decode, scoring and the hooks keep every row.
+            const bool prune = prefill && l + 1 == c_.n_layers && out != Out::Scores && !hook;
+            if (prune && out == Out::CacheOnly) return;
+            const size_t r0 = prune ? n - 1 : 0;
+            const int m = n - (int)r0;
             AttnParams<T> ap{};
-            ap.q = q_, ap.k = L.k_pool, ap.v = L.v_pool, ap.out = att_;
-            ap.n_q = prefill ? n : 1, ap.pos0 = meta_.pos0, ap.batch = batch;
+            ap.q = q_ + r0 * Q, ap.k = L.k_pool, ap.v = L.v_pool, ap.out = att_ + r0 * Q;
+            ap.n_q = prefill ? m : 1, ap.pos0 = prune ? meta_.pos + r0 : meta_.pos0, ap.batch = batch;
             ap.nH = nH, ap.nKV = nKV, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
             ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
             ap.block_size = kv_->block_size();
-            if (prefill) attention_prefill(ap, stream_);
-            else attention_decode(ap, attn_ws_, stream_);
+            if (prefill && (m > 1 || nH / nKV > attn::kDecodeRows)) attention_prefill(ap, stream_);
+            else attention_decode(ap, attn_ws_, stream_);   // one row per sequence: splits of its keys fill the GPU
             emit(name + "attn", att_, n, Q, Q);
-            const PendingScale s_o = linear(o_, att_, W.wo, n);                  // [n, H]
+            float *x = x_ + r0 * H, *o = o_ + r0 * H;
+            T *xn = xn_ + r0 * H, *a = a_ + r0 * c_.intermediate;
+            const PendingScale s_o = linear(o, ap.out, W.wo, m);                 // [m, H]
             emit(name + "o_proj", o_, n, H, H);
-            if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_, s_o);     // x += o; xn = LN(x)
-            else add_rmsnorm(x_, o_, W.attn_norm, xn_, n, H, eps, stream_, s_o); // x += RMSNorm(o); xn = x
+            if (olmo1) add_layernorm(x, o, xn, m, H, eps, stream_, s_o);         // x += o; xn = LN(x)
+            else add_rmsnorm(x, o, W.attn_norm, xn, m, H, eps, stream_, s_o);    // x += RMSNorm(o); xn = x
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
-            gate_up_swiglu(a_, xn_, W.wgu, n);                                   // [n, I]
-            const PendingScale s_down = linear(o_, a_, W.wdown, n);              // [n, H]
+            gate_up_swiglu(a, xn, W.wgu, m);                                     // [m, I]
+            const PendingScale s_down = linear(o, a, W.wdown, m);                // [m, H]
             emit(name + "mlp", o_, n, H, H);
-            if (olmo1) add_layernorm(x_, o_, xn_, n, H, eps, stream_, s_down);  // also the next layer's LN
-            else add_rmsnorm(x_, o_, W.ff_norm, xn_, n, H, eps, stream_, s_down);
+            if (olmo1) add_layernorm(x, o, xn, m, H, eps, stream_, s_down);     // also the next layer's LN
+            else add_rmsnorm(x, o, W.ff_norm, xn, m, H, eps, stream_, s_down);
             emit(name + "out", x_, n, H, H);
         }
         // Final norm and logits of each sequence's last row (prefill: row n-1; decode: all rows),
         // and of every row when a hook wants them.
+        const bool score = out == Out::Scores;
         const int first = prefill ? (hook || score ? 0 : n - 1) : 0, rows = n - first;
         if (!olmo1) rmsnorm(xn_ + (size_t)first * H, x_ + (size_t)first * H, w_.final_norm, rows, H, H, H, eps, stream_);
         // (OLMo-1: xn_ already holds LN(x) from the last add_layernorm)
@@ -426,8 +444,8 @@ private:
     cublasHandle_t cublas_ = nullptr;
     Arena buffers_, kv_arena_;
     std::vector<LayerCache<T>> layers_;
-    float *x_, *qkv_, *o_;
-    G* gu_;
+    float *x_, *o_;
+    G *qkv_, *gu_;
     T *xn_, *q_, *att_, *a_;
     uint8_t* x8_ = nullptr;               // FP8 GEMM input [max(chunk, batch), ld] E4M3
     float* x8_scale_ = nullptr;           // its scale per row

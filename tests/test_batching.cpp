@@ -1,6 +1,6 @@
 // test_batching.cpp: the paged KV cache (issue 6): block bookkeeping, forks and copy on write,
 // sliding-window release, pool exhaustion, no leaks over 1000 sequences; batched generation
-// equal to one-at-a-time generation; beam search equal to transformers' on every fixture and
+// equal to one-at-a-time generation; a prompt longer than a prefill chunk; beam search equal to transformers' on every fixture and
 // the default model. CPU engine always; the CUDA engine (fp32 and bf16) when a GPU is present.
 #include <numeric>
 
@@ -181,6 +181,47 @@ TEST(Engine, WarmUpFitsAnySmallPoolGpu) {
     eng->warm_up({40, 8, {}});
     EXPECT_EQ(eng->kv_cache().free_blocks(0), eng->kv_cache().total_blocks(0));
     EXPECT_EQ(generate(*eng, {{{1, 2, 3}, {}, 5}}, {})[0].size(), 5u);
+}
+
+// A prompt longer than a prefill chunk (4096 rows): the first chunk leaves only its K/V, and
+// the last layer of the second carries on with the prompt's last row alone (its attention by
+// the decode kernel). fp32: the prompt's logits and the next step's equal the CPU engine's.
+// bf16: they equal those of the same engine with a tensor hook set, which keeps every row.
+TEST(Engine, PrefillLongerThanAChunkGpu) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU prefill test skipped";
+    const std::string dir = temp_dir();
+    json c = tiny_olmo2_config();
+    c["hidden_size"] = 128, c["num_attention_heads"] = 2, c["num_key_value_heads"] = 1;   // head size 64, GQA 2
+    c["vocab_size"] = 4099, c["max_position_embeddings"] = 8192;
+    write_random_checkpoint(dir, c);
+    const ModelConfig cfg = load_config(dir);
+    const Checkpoint ckpt(dir);
+    std::mt19937 rng(5);
+    std::vector<int> prompt(4096 + 77);
+    for (int& id : prompt) id = (int)(rng() % cfg.vocab);
+    const int max_seq = (int)prompt.size() + 1;
+    auto logits = [&](Engine& e) {   // the prompt's last logits, then the next step's
+        e.reset();
+        std::vector<float> z = e.forward(prompt), next = e.forward({17});
+        z.insert(z.end(), next.begin(), next.end());
+        return z;
+    };
+    auto cpu = make_cpu_engine(cfg, ckpt, max_seq);
+    const std::vector<float> want = logits(*cpu);
+    auto f32 = make_cuda_engine(cfg, &ckpt, max_seq, DeviceDType::F32, 0, 1);
+    const std::vector<float> got = logits(*f32);
+    ASSERT_EQ(got.size(), want.size());
+    const Diff d = compare(got.data(), want.data(), got.size());
+    std::printf("gpu fp32 vs cpu, prompt of %zu: rel-L2 %.2e, max-abs %.2e\n", prompt.size(), d.rel_l2, d.max_abs);
+    EXPECT_LE(d.rel_l2, 1e-4);
+
+    auto bf16 = make_cuda_engine(cfg, &ckpt, max_seq, DeviceDType::BF16, 0, 1);
+    const std::vector<float> pruned = logits(*bf16);
+    bf16->hook = [](const std::string&, const float*, int, int) {};
+    const std::vector<float> every_row = logits(*bf16);
+    const Diff b = compare(pruned.data(), every_row.data(), pruned.size());
+    std::printf("gpu bf16, last row alone vs every row: rel-L2 %.2e, max-abs %.2e\n", b.rel_l2, b.max_abs);
+    EXPECT_LE(b.rel_l2, 1e-2);
 }
 
 // Beam search ids equal transformers' generate(num_beams=N, do_sample=False).
