@@ -43,7 +43,11 @@ namespace olmo {
 
 namespace {
 
-constexpr int kMaxChunk = 4096;   // longest prefill chunk; longer prompts run in chunks
+// Prefill chunk sizes, largest first: a prompt longer than the engine's chunk runs in chunks.
+// Larger chunks run a long prompt's GEMMs and attention in fewer, fuller launches (a 32768-token
+// prompt on the 7B shape: 1.4% faster in chunks of 16384 than of 4096, docs/attention_notes.md),
+// but the activation buffers grow with them (7B: 0.6 GB at 4096 rows, 2.4 GB at 16384).
+constexpr int kChunks[] = {16384, 8192, 4096};
 
 template <typename T> constexpr cudaDataType_t cuda_type();
 template <> constexpr cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
@@ -65,21 +69,21 @@ template <typename T, typename G>
 class CudaEngine : public Engine {
 public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
+    // max_chunk: the most rows a prefill runs at once (0: choose_chunk).
     CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
-               LoadProgress* progress)
+               LoadProgress* progress, int max_chunk)
         : c_(c), max_batch_(max_batch), w_(c, ck, fp8) {
         init_kv(c, max_seq, kv_blocks);
-        chunk_ = std::min(max_seq_, kMaxChunk);
         stride_ = (max_seq_ + kv_->block_size() - 1) / kv_->block_size() + 1;
+        layers_.resize(c.n_layers);
+        chunk_ = max_chunk > 0 ? std::min(max_seq_, max_chunk) : choose_chunk();
         meta_.reserve(std::max(chunk_, max_batch_), max_batch_, stride_);
         cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         cublasCheck(cublasCreate(&cublas_));
         cublasCheck(cublasSetStream(cublas_, stream_));
         cublasCheck(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));   // fp32 stays true fp32 (no TF32)
-        layers_.resize(c.n_layers);
         carve();                 // count sizes
-        // (FP8: the buffers include the staging area the load quantizes from, freed after it)
-        check_fits({w_.bytes(), kv_arena_.used, buffers_.used + w_.staging_bytes()}, gpu_free_bytes(), "free on the GPU");
+        check_fits(memory_need(), gpu_free_bytes(), "free on the GPU");
         w_.allocate(stream_);
         buffers_.allocate();
         kv_arena_.allocate();
@@ -185,6 +189,24 @@ protected:
 
 private:
     static constexpr size_t kCublasWorkspace = 32 << 20;
+
+    // What the engine needs on the GPU once carve() has measured the arenas. (FP8: the buffers
+    // include the staging area the load quantizes from, freed after it.)
+    MemoryNeed memory_need() const { return {w_.bytes(), kv_arena_.used, buffers_.used + w_.staging_bytes()}; }
+
+    // The prefill chunk: the largest of kChunks (capped at max_seq) with which everything leaves
+    // a tenth of the free GPU memory spare; else the smallest, which check_fits then judges.
+    int choose_chunk() {
+        const size_t free = gpu_free_bytes();
+        for (int rows : kChunks) {
+            chunk_ = std::min(max_seq_, rows);
+            carve();   // measures (the step metadata, not reserved yet, counts as nothing: a few KB)
+            const MemoryNeed need = memory_need();
+            buffers_.used = kv_arena_.used = 0;
+            if (need.total() <= free - free / 10) break;
+        }
+        return chunk_;
+    }
 
     // Lays out the KV pools and the buffers. Called twice: first to measure (arenas empty), then
     // to assign pointers into the allocated arenas.
@@ -484,14 +506,16 @@ std::string cuda_unsupported_reason(const ModelConfig& c) {
 }
 
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt,
-                                         int kv_blocks, int max_batch, LoadProgress* progress) {
+                                         int kv_blocks, int max_batch, LoadProgress* progress, int max_chunk) {
     if (!cuda_available()) fail("no CUDA device available");
     if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
     switch (dt) {
         case DeviceDType::F32:
-            return std::make_unique<CudaEngine<float, float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
+            return std::make_unique<CudaEngine<float, float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress,
+                                                                max_chunk);
         case DeviceDType::F16:
-            return std::make_unique<CudaEngine<__half, float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress);
+            return std::make_unique<CudaEngine<__half, float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress,
+                                                                 max_chunk);
         case DeviceDType::FP8: {
             cudaDeviceProp p;
             cudaCheck(cudaGetDeviceProperties(&p, 0));
@@ -499,12 +523,12 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint*
                 fail("--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or newer); this GPU is " +
                      std::to_string(p.major) + "." + std::to_string(p.minor));
             return std::make_unique<CudaEngine<__nv_bfloat16, float>>(c, ck, max_seq, kv_blocks, max_batch, true,
-                                                                       progress);
+                                                                       progress, max_chunk);
         }
         case DeviceDType::BF16: break;
     }
     return std::make_unique<CudaEngine<__nv_bfloat16, __nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, false,
-                                                                       progress);
+                                                                       progress, max_chunk);
 }
 
 }  // namespace olmo

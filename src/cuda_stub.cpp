@@ -13,7 +13,8 @@ Portable portable() { return Portable::Off; }
 bool cuda_available() { return false; }
 size_t gpu_free_bytes() { return 0; }
 std::string cuda_unsupported_reason(const ModelConfig&) { return "this build has no CUDA support"; }
-std::unique_ptr<Engine> make_cuda_engine(const ModelConfig&, const Checkpoint*, int, DeviceDType, int, int, LoadProgress*) {
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig&, const Checkpoint*, int, DeviceDType, int, int, LoadProgress*,
+                                         int) {
     fail("this build has no CUDA support (nvcc was not found when it was built); use --device cpu");
 }
 }  // namespace olmo

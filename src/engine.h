@@ -140,8 +140,10 @@ bool cuda_available();   // false when built without CUDA or no GPU is present
 // Why the CUDA engine cannot run this model's shape (e.g. its head size), or "" when it can.
 std::string cuda_unsupported_reason(const ModelConfig& c);
 // ckpt == nullptr: random weights (benchmarks at real sizes without a checkpoint).
-// max_batch: the most sequences one decode step may carry.
+// max_batch: the most sequences one decode step may carry. max_chunk: the most rows a prefill
+// runs at once (0: the largest that memory allows, 4096 to 16384; the tests set a small one).
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt,
-                                         int kv_blocks = 0, int max_batch = 64, LoadProgress* progress = nullptr);
+                                         int kv_blocks = 0, int max_batch = 64, LoadProgress* progress = nullptr,
+                                         int max_chunk = 0);
 
 }  // namespace olmo

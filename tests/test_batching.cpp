@@ -183,9 +183,9 @@ TEST(Engine, WarmUpFitsAnySmallPoolGpu) {
     EXPECT_EQ(generate(*eng, {{{1, 2, 3}, {}, 5}}, {})[0].size(), 5u);
 }
 
-// A prompt longer than a prefill chunk (4096 rows): the first chunk leaves only its K/V, and
-// the last layer of the second carries on with the prompt's last row alone (its attention by
-// the decode kernel). fp32: the prompt's logits and the next step's equal the CPU engine's.
+// A prompt longer than a prefill chunk (4096 rows here, the smallest the engine picks): the
+// first chunk leaves only its K/V, and the last layer of the second carries on with the
+// prompt's last row alone (its attention by the decode kernel). fp32: the prompt's logits and the next step's equal the CPU engine's.
 // bf16: they equal those of the same engine with a tensor hook set, which keeps every row.
 TEST(Engine, PrefillLongerThanAChunkGpu) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU prefill test skipped";
@@ -208,20 +208,39 @@ TEST(Engine, PrefillLongerThanAChunkGpu) {
     };
     auto cpu = make_cpu_engine(cfg, ckpt, max_seq);
     const std::vector<float> want = logits(*cpu);
-    auto f32 = make_cuda_engine(cfg, &ckpt, max_seq, DeviceDType::F32, 0, 1);
+    auto f32 = make_cuda_engine(cfg, &ckpt, max_seq, DeviceDType::F32, 0, 1, nullptr, 4096);
     const std::vector<float> got = logits(*f32);
     ASSERT_EQ(got.size(), want.size());
     const Diff d = compare(got.data(), want.data(), got.size());
     std::printf("gpu fp32 vs cpu, prompt of %zu: rel-L2 %.2e, max-abs %.2e\n", prompt.size(), d.rel_l2, d.max_abs);
     EXPECT_LE(d.rel_l2, 1e-4);
 
-    auto bf16 = make_cuda_engine(cfg, &ckpt, max_seq, DeviceDType::BF16, 0, 1);
+    auto bf16 = make_cuda_engine(cfg, &ckpt, max_seq, DeviceDType::BF16, 0, 1, nullptr, 4096);
     const std::vector<float> pruned = logits(*bf16);
     bf16->hook = [](const std::string&, const float*, int, int) {};
     const std::vector<float> every_row = logits(*bf16);
     const Diff b = compare(pruned.data(), every_row.data(), pruned.size());
     std::printf("gpu bf16, last row alone vs every row: rel-L2 %.2e, max-abs %.2e\n", b.rel_l2, b.max_abs);
     EXPECT_LE(b.rel_l2, 1e-2);
+}
+
+// The prefill chunk is the largest of 16384, 8192 and 4096 rows that memory allows, within the
+// context: a tiny model gets the buffers of 16384 rows, more than with 4096 set by hand, and a
+// context of 3000 tokens caps both at 3000.
+TEST(Engine, PrefillChunkByMemoryGpu) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU prefill test skipped";
+    const std::string dir = temp_dir();
+    json c = tiny_olmo2_config();
+    c["max_position_embeddings"] = 32768;
+    write_random_checkpoint(dir, c);
+    const ModelConfig cfg = load_config(dir);
+    const Checkpoint ckpt(dir);
+    auto buffers = [&](int max_seq, int max_chunk) {
+        return make_cuda_engine(cfg, &ckpt, max_seq, DeviceDType::BF16, 0, 1, nullptr, max_chunk)->memory().other;
+    };
+    EXPECT_GT(buffers(20000, 0), buffers(20000, 4096));
+    EXPECT_EQ(buffers(20000, 0), buffers(20000, 16384));
+    EXPECT_EQ(buffers(3000, 0), buffers(3000, 4096));
 }
 
 // Beam search ids equal transformers' generate(num_beams=N, do_sample=False).

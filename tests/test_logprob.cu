@@ -4,8 +4,8 @@
 //            V = 1, odd V, V not a multiple of the block, one row, many rows, targets at both
 //            ends of the vocabulary and -1 (no target), logits of +-1e30 and of large spread
 //            (no overflow), NaN and Inf rows (NaN out). Outputs are poisoned first.
-//   Engine   CudaEngine::score over a text longer than a prefill chunk (4096 rows: two chunks,
-//            the second not a multiple of kScoreRows) equals the CPU engine's scores; the
+//   Engine   CudaEngine::score over a text longer than a prefill chunk (set to 4096 rows: two
+//            chunks, the second not a multiple of kScoreRows) equals the CPU engine's scores; the
 //            scoring scratch [kScoreRows, V] is part of the memory the engine reports.
 #include <gtest/gtest.h>
 
@@ -102,7 +102,7 @@ TEST(LogprobKernel, NonFiniteRowsGiveNaN) {
     for (int r = 0; r < 3; r++) EXPECT_TRUE(std::isnan(got[r])) << "row " << r;
 }
 
-// A tiny model with room for more than one prefill chunk of the CUDA engine (4096 rows).
+// A tiny model with room for more than one prefill chunk of the CUDA engine (set to 4096 rows).
 TEST(EngineScore, LongerThanAChunkEqualsCpu) {
     SKIP_WITHOUT_GPU();
     const std::string dir = temp_dir();
@@ -116,7 +116,7 @@ TEST(EngineScore, LongerThanAChunkEqualsCpu) {
     std::vector<int> ids(4096 + 77);
     for (int& id : ids) id = (int)(rng() % cfg.vocab);
     auto cpu = make_cpu_engine(cfg, ckpt, (int)ids.size());
-    auto gpu = make_cuda_engine(cfg, &ckpt, (int)ids.size(), DeviceDType::F32, 0, 1);
+    auto gpu = make_cuda_engine(cfg, &ckpt, (int)ids.size(), DeviceDType::F32, 0, 1, nullptr, 4096);
     const std::vector<float> want = cpu->score(cpu->new_sequence(), ids);
     const std::vector<float> got = gpu->score(gpu->new_sequence(), ids);
     ASSERT_EQ(got.size(), want.size());
