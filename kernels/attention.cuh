@@ -166,9 +166,10 @@ inline size_t attention_decode_workspace_bytes(int nH, int hd, int s_cap, int ba
     return sizeof(float) * attn::decode_max_slots(s_cap, batch) * max_n_q * nH * (hd + 1);
 }
 
-// Flash-decoding for n_q * (nH / nKV) <= 16 query rows per sequence and KV head (one token: any
-// GQA group up to 16), for all `batch` sequences in one launch. The launch shape depends on
-// (nH, nKV, hd, n_q, batch, s_cap) only: a captured graph replays with new pos0 and tables.
+// Flash-decoding for a few query rows per sequence (n_q tokens; tiles of 16 (token, head) rows
+// per KV head, so a GQA group up to 16 is read once per key), for all `batch` sequences in one
+// launch. The launch shape depends on (nH, nKV, hd, n_q, batch, s_cap) only: a captured graph
+// replays with new pos0 and tables.
 template <typename T>
 void attention_decode(const AttnParams<T>& p, void* workspace, cudaStream_t stream) {
     attn::check_params(p, "attention_decode", false);
@@ -177,15 +178,13 @@ void attention_decode(const AttnParams<T>& p, void* workspace, cudaStream_t stre
         (void)workspace;
         attn::launch_rowwise(p, stream);
     } else {
-        if (p.n_q * (p.nH / p.nKV) > attn::kDecodeRows)
-            fail("attention_decode: n_q * nH / nKV = " + std::to_string(p.n_q * (p.nH / p.nKV)) +
-                 " query rows per KV head exceed 16; use attention_prefill");
         if (std::string why = attention_device_problem(p.hd); !why.empty()) fail("attention_decode: " + why);
         attn::dispatch_hd(p.hd, [&](auto hd) {
             constexpr int HD = decltype(hd)::value;
             auto launch = [&](auto stages) {
                 constexpr int S = decltype(stages)::value;
-                attn::launch_decode<T, HD, S>(p, workspace, attn::decode_slot_count<T, HD, S>(p.s_cap, p.nKV, p.batch), stream);
+                const int heads = p.nKV * attn::decode_row_blocks(p);
+                attn::launch_decode<T, HD, S>(p, workspace, attn::decode_slot_count<T, HD, S>(p.s_cap, heads, p.batch), stream);
             };
             if (attn::decode_stages<HD>(device_caps().smem_per_block) == 3) launch(std::integral_constant<int, 3>{});
             else if constexpr (HD > 64) launch(std::integral_constant<int, 2>{});

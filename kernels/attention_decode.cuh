@@ -11,10 +11,13 @@
 // by the flash steps of attention_steps.cuh, and a second kernel merges them exactly:
 //     out = Σ_s 2^(lse_s - M) · o_s / Σ_s 2^(lse_s - M),   M = max_s lse_s.
 //
-// Split kernel: n_q*g <= 16 query rows per sequence (one token: the g heads of a KV group).
-//   Grid (nKV, S). Each KV head has S split slots, a number fixed by (nKV, batch, s_cap) and the
-//   GPU, so every step launches the same grid and a CUDA graph can replay it:
-//   S = max(2·batch, resident blocks / nKV) (for one sequence: one wave of blocks). At run time
+// Split kernel: a sequence's n_q*g query rows per KV head (one token: the g heads of a KV
+//   group), in row blocks of 16 (decode_row_blocks: one, unless n_q*g > 16, as with 32 query
+//   heads on one KV head, where each row block reads the keys again).
+//   Grid (nKV · row blocks, S). Each (KV head, row block) has S split slots, a number fixed by
+//   (nKV, row blocks, batch, s_cap) and the GPU, so every step launches the same grid and a CUDA
+//   graph can replay it: S = max(2·batch, resident blocks / (nKV · row blocks)) (for one
+//   sequence: one wave of blocks). At run time
 //   the slots are dealt out in proportion to length (plan_slots): sequence b's visible keys
 //   cover T_b tiles of 64 keys; with k = S - batch + 1 it gets n_b = min(T_b, ceil(T_b·k / ΣT))
 //   consecutive slots, which split its tiles evenly (their sizes differ by one tile at most).
@@ -138,10 +141,16 @@ __device__ __forceinline__ void merge_warps(float* scratch, const float (&o)[1][
             lsum += wt * sl[w * kDecodeRows + r];
             osum += wt * so[(w * kDecodeRows + r) * HD + d];
         }
-        const int64_t row = (int64_t)slot * rows_slot + r / map.g * p.nH + map.head(r);
+        const int64_t row = (int64_t)slot * rows_slot + map.local_token(r) * p.nH + map.head(r);
         o_part[row * p.hd + d] = lsum > 0.0f ? osum / lsum : 0.0f;
         if (d == 0) lse_part[row] = lsum > 0.0f ? mx * c + log2f(lsum) : -INFINITY;
     }
+}
+
+// Row blocks of 16 that a sequence's n_q*g query rows per KV head take.
+template <typename T>
+__host__ __device__ inline int decode_row_blocks(const AttnParams<T>& p) {
+    return (p.n_q * (p.nH / p.nKV) + kDecodeRows - 1) / kDecodeRows;
 }
 
 // o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
@@ -166,10 +175,11 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     const int tile_lo = seq.tile_lo + run.tile_begin(slot - run.first, seq.tiles);
     const int tile_hi = seq.tile_lo + run.tile_begin(slot - run.first + 1, seq.tiles) - 1;
     const int lo = max(seq.lo, tile_lo * BN), hi = min(seq.hi, (tile_hi + 1) * BN);
-    const int g = p.nH / p.nKV, pos0 = p.pos0[run.b];
-    const RowMap map{g, (int)blockIdx.x, run.b * p.n_q, p.n_q * g};
+    const int g = p.nH / p.nKV, pos0 = p.pos0[run.b], blocks = decode_row_blocks(p);
+    const int r0 = blockIdx.x % blocks * kDecodeRows;   // this block's first row of the group's n_q*g
+    const RowMap map{g, (int)blockIdx.x / blocks, run.b * p.n_q, min(kDecodeRows, p.n_q * g - r0), r0};
     // Positions of this lane's two rows (lane/4 and lane/4 + 8), for the mask.
-    const int my_pos[2] = {pos0 + (lane / 4) / g, pos0 + (lane / 4 + 8) / g};
+    const int my_pos[2] = {pos0 + map.local_token(lane / 4), pos0 + map.local_token(lane / 4 + 8)};
     auto row_pos = [&](int r) { return my_pos[(r >> 3) & 1]; };
     float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
     const float c = p.scale * kLog2e;
@@ -284,10 +294,11 @@ inline int decode_max_slots(int s_cap, int batch) {
     return (int)std::min<int64_t>(batch * tiles, std::max(2 * batch, kMaxSlots));
 }
 
-// Split slots per KV head (see the split kernel): max(2·batch, resident blocks / nKV), within
-// decode_max_slots. Fixed by the model, the batch size, s_cap and the GPU.
+// Split slots per (KV head, row block), see the split kernel: max(2·batch, resident blocks /
+// (nKV · row blocks)), within decode_max_slots. Fixed by the model, the batch size, s_cap and
+// the GPU. heads: nKV · row blocks.
 template <typename T, int HD, int STAGES = kDecodeStages>
-int decode_slot_count(int s_cap, int nKV, int batch) {
+int decode_slot_count(int s_cap, int heads, int batch) {
     constexpr auto kernel = attention_decode_kernel<T, HD, STAGES>;
     allow_smem<kernel>(decode_smem_bytes<HD, STAGES>());
     static const int resident = [] {
@@ -297,7 +308,7 @@ int decode_slot_count(int s_cap, int nKV, int batch) {
         cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kDecodeThreads, decode_smem_bytes<HD, STAGES>()));
         return sms * per_sm;
     }();
-    return std::min(decode_max_slots(s_cap, batch), std::max(2 * batch, resident / nKV));
+    return std::min(decode_max_slots(s_cap, batch), std::max(2 * batch, resident / heads));
 }
 
 // slots: split slots per KV head (decode_slot_count; the workspace must hold that many).
@@ -305,7 +316,7 @@ template <typename T, int HD, int STAGES = kDecodeStages>
 void launch_decode(const AttnParams<T>& p, void* workspace, int slots, cudaStream_t stream) {
     float* o_part = static_cast<float*>(workspace);
     float* lse_part = o_part + (size_t)slots * p.n_q * p.nH * p.hd;
-    launch_dependent(attention_decode_kernel<T, HD, STAGES>, dim3(p.nKV, slots), dim3(kDecodeThreads),
+    launch_dependent(attention_decode_kernel<T, HD, STAGES>, dim3(p.nKV * decode_row_blocks(p), slots), dim3(kDecodeThreads),
                      decode_smem_bytes<HD, STAGES>(), stream, p, slots, o_part, lse_part);
     launch_dependent(attention_combine_kernel<T, HD>, dim3(p.batch * p.n_q * p.nH), dim3(256), 0, stream, p, slots,
                      (const float*)o_part, (const float*)lse_part);

@@ -410,7 +410,7 @@ private:
             ap.nH = nH, ap.nKV = nKV, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
             ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
             ap.block_size = kv_->block_size();
-            if (prefill && (m > 1 || nH / nKV > attn::kDecodeRows)) attention_prefill(ap, stream_);
+            if (prefill && m > 1) attention_prefill(ap, stream_);
             else attention_decode(ap, attn_ws_, stream_);   // one row per sequence: splits of its keys fill the GPU
             emit(name + "attn", att_, n, Q, Q);
             float *x = x_ + r0 * H, *o = o_ + r0 * H;

@@ -12,7 +12,8 @@
 // Prefill cases (one sequence): n_q = 1, odd n_q, n_q not a tile multiple, GQA 1/2/4/5/8,
 // hd 64/128, windows shorter than n_q, chunks appended at pos0 > 0, block sizes 8 .. 128.
 // Decode cases: single long sequences (3000+ keys) and batches of mixed lengths (1, 17, 300 and
-// 2049 keys; 37 and 40 random lengths), n_q 1-3, GQA 1/2/4/5/8, hd 64/128, windows. For each
+// 2049 keys; 37 and 40 random lengths), n_q 1-3, GQA 1/2/4/5/8, hd 64/128, windows; more than
+// 16 query rows per KV head (GQA 20, MQA with 32 heads, 3 tokens x 8 heads). For each
 // dtype (float, __half, __nv_bfloat16). Cross-checks: decode == prefill run per sequence,
 // naive == flash prefill; a CUDA graph of a batched decode replayed with new positions and
 // new tables.
@@ -115,6 +116,10 @@ const std::vector<Case> kDecodeCases = {
     {random_pos0(37, 1500, 1), 1, 8, 2, 64, 0, 1500, 16},      // 37 sequences: the slot plan spans 2 warps' worth
     {random_pos0(300, 200, 3), 1, 8, 8, 64, 0, 200, 16},       // 300 short sequences: 600 slots, 10 warps' worth
     {random_pos0(40, 3000, 2), 1, 40, 8, 128, 256, 3000, 16},  // 40 sequences, OLMo-3-like 40/8 heads, window
+    // More than 16 rows per KV head: row blocks of 16, each reading the keys
+    {{2999}, 1, 32, 1, 128, 0, 3000, 16},                // MQA: 32 heads on one KV head, 2 row blocks
+    {{0, 16, 299, 2048}, 1, 40, 2, 64, 100, 2049, 16},   // GQA 20: blocks of 16 and 4 rows, batch, window
+    {{700}, 3, 8, 1, 128, 0, 800, 8},                    // n_q 3 x group 8 = 24 rows: a row block splits a token
 };
 
 // Head sizes besides 64 and 128 (which the lists above use), and their representative cases
@@ -591,8 +596,7 @@ TEST(AttentionArgs, RejectsBadShapes) {
     EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.block_table = nullptr; }), 0), Error);
     EXPECT_THROW(attention_prefill(bad([](P& p) { p.batch = 1, p.table_stride = 1; }), 0), Error);  // 8 < s_cap 16
     EXPECT_THROW(attention_decode(bad([](P& p) { p.batch = 0; }), nullptr, 0), Error);
-    // 3 tokens x 8 heads = 24 rows per KV head: too many for decode
-    EXPECT_THROW(attention_decode(bad([](P& p) { p.n_q = 3, p.nKV = 1; }), nullptr, 0), Error);
+    EXPECT_THROW(attention_decode(bad([](P& p) { p.nKV = 3; }), nullptr, 0), Error);
 }
 
 }  // namespace

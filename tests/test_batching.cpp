@@ -224,6 +224,34 @@ TEST(Engine, PrefillLongerThanAChunkGpu) {
     EXPECT_LE(b.rel_l2, 1e-2);
 }
 
+// More query heads per KV head than a decode tile's 16 rows (MQA: 32 heads on one KV head,
+// head size 64): the bf16 engine's logits for a prompt and 3 decode steps against the CPU
+// engine's, within the golden tests' bf16 bar.
+TEST(Engine, MultiQueryAttentionGpu) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU MQA test skipped";
+    const std::string dir = temp_dir();
+    json c = tiny_olmo2_config();
+    c["hidden_size"] = 128, c["num_attention_heads"] = 32, c["num_key_value_heads"] = 1, c["head_dim"] = 64;
+    write_random_checkpoint(dir, c);
+    const ModelConfig cfg = load_config(dir);
+    const Checkpoint ckpt(dir);
+    auto logits = [&](Engine& e) {
+        std::vector<float> z = e.forward({3, 14, 15, 9, 26, 5, 35});
+        for (int id : {8, 9, 7}) {
+            const std::vector<float> step = e.forward({id});
+            z.insert(z.end(), step.begin(), step.end());
+        }
+        return z;
+    };
+    auto cpu = make_cpu_engine(cfg, ckpt, 16);
+    auto gpu = make_cuda_engine(cfg, &ckpt, 16, DeviceDType::BF16, 0, 1);
+    const std::vector<float> want = logits(*cpu), got = logits(*gpu);
+    ASSERT_EQ(got.size(), want.size());
+    const Diff d = compare(got.data(), want.data(), got.size());
+    std::printf("gpu bf16 vs cpu, 32 query heads on 1 KV head: rel-L2 %.2e, max-abs %.2e\n", d.rel_l2, d.max_abs);
+    EXPECT_LE(d.rel_l2, 2e-2);
+}
+
 // The prefill chunk is the largest of 16384, 8192 and 4096 rows that memory allows, within the
 // context: a tiny model gets the buffers of 16384 rows, more than with 4096 set by hand, and a
 // context of 3000 tokens caps both at 3000.
