@@ -1,8 +1,9 @@
 // attention_decode.cuh: flash-decoding for a few query rows per sequence, every sequence of a
 // decode step in one launch, on mma.sync tensor cores.
 // defines: attn::kDecodeRows, attn::kDecodeBN, attn::kDecodeThreads, attn::kDecodeStages,
-//          attn::kMaxSlots, attn::attention_decode_kernel, attn::attention_combine_kernel,
-//          attn::decode_smem_bytes, attn::decode_max_slots, attn::decode_slot_count, attn::launch_decode
+//          attn::kMaxSlots, attn::decode_row_blocks, attn::attention_decode_kernel,
+//          attn::attention_combine_kernel, attn::decode_smem_bytes, attn::decode_max_slots,
+//          attn::decode_slot_count, attn::launch_decode
 //
 // One new token has too few query rows to fill the GPU with blocks of queries, so the keys are
 // split instead: split s of a row's visible keys gives (c = scale·log2(e))
