@@ -104,7 +104,17 @@ public:
 
     const ModelConfig& config() const override { return c_; }
 
-    void warm_up(const WarmUp& w) override { rehearse(w); }
+    // The rehearsal (Engine::rehearse) runs the first request's shapes, a long prompt's only in
+    // part. cuBLAS chooses a kernel the first time it meets a row count, and loads a kernel the
+    // first time it runs one: 1 to 14 ms of host time for the four products of a 7B layer, which
+    // the prompt's first layer would wait for (docs/architecture.md). So the row counts of the
+    // prompt's chunks get one layer's products here.
+    void warm_up(const WarmUp& w) override {
+        rehearse(w);
+        const int n = w.prompt_len;
+        for (int rows : {std::min(n, chunk_), n > chunk_ ? n % chunk_ : 0})
+            if (rows > 0) rehearse_products(rows);
+    }
     int max_batch() const override { return max_batch_; }
 
     MemoryUse memory() const override {
@@ -310,6 +320,19 @@ private:
         cublasCheck(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, K, &one, W, cuda_type<T>(), K, x,
                                  cuda_type<T>(), K, &zero, y, cuda_type<Y>(), N, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
+    }
+
+    // One layer's four products over `rows` rows of zeros (nothing reads their results).
+    void rehearse_products(int rows) {
+        const LayerWeights<T>& W = w_.layers[0];
+        cudaCheck(cudaMemsetAsync(xn_, 0, sizeof(T) * rows * c_.hidden, stream_));
+        cudaCheck(cudaMemsetAsync(att_, 0, sizeof(T) * rows * c_.q_dim(), stream_));
+        cudaCheck(cudaMemsetAsync(a_, 0, sizeof(T) * rows * c_.intermediate, stream_));
+        linear(qkv_, xn_, W.wqkv, rows);
+        linear(o_, att_, W.wo, rows);
+        linear(gu_, xn_, W.wgu, rows);
+        linear(o_, a_, W.wdown, rows);
+        cudaCheck(cudaStreamSynchronize(stream_));
     }
 
     // Copies a device tensor [rows, cols] with row stride ld to the host as fp32 for the hook.

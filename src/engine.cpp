@@ -31,7 +31,7 @@ MemoryUse Engine::with_pool_use(MemoryUse m) const {
 }
 
 // A prefill of w.prompt_len tokens (at most 512: the kernels and GEMM shapes of short prompts
-// exactly; a longer prompt's own one-time cost is small next to its prefill), then one decode
+// exactly; CudaEngine::warm_up adds the GEMM shapes of a longer prompt), then one decode
 // step of w.batch sequences forked from it, then everything is freed. Each fork beyond the
 // first needs one block of its own for the new token, so the batch shrinks to what the pool
 // holds (a pool too small for even one sequence is left for the real request to report).

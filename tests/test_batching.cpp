@@ -152,8 +152,10 @@ TEST(Engine, BatchedGreedyEqualsSingleGpu) {
     }
 }
 
-// Engine::warm_up runs a request like the first one on scratch sequences: afterwards every
-// block is free again and generation (greedy, sampled, batched, beams) is what it is without.
+// Engine::warm_up runs a request like the first one on scratch sequences (and, for a prompt
+// longer than the rehearsal, the products of its chunks' row counts on scratch buffers: 100
+// tokens in chunks of 64 here): afterwards every block is free again and generation (greedy,
+// sampled, batched, beams) is what it is without.
 TEST(Engine, WarmUpChangesNothingGpu) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU warm-up test skipped";
     Fixture f("olmo3_swa_yarn");
@@ -166,6 +168,7 @@ TEST(Engine, WarmUpChangesNothingGpu) {
         auto warm = make_cuda_engine(f.cfg, &f.ckpt, 64, dt, 64, 4);
         warm->warm_up({5, 3, {reqs[0].sampling, reqs[1].sampling, reqs[2].sampling}});
         warm->warm_up({5, 3, {}});
+        warm->warm_up({100, 1, {}});
         const KvCache& kv = warm->kv_cache();
         EXPECT_EQ(kv.free_blocks(0) + kv.free_blocks(1), kv.total_blocks(0) + kv.total_blocks(1));
         EXPECT_EQ(generate(*warm, reqs, {}), want);
