@@ -192,16 +192,11 @@ TEST(Engine, WarmUpFitsAnySmallPoolGpu) {
 // bf16: they equal those of the same engine with a tensor hook set, which keeps every row.
 TEST(Engine, PrefillLongerThanAChunkGpu) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU prefill test skipped";
-    const std::string dir = temp_dir();
-    json c = tiny_olmo2_config();
-    c["hidden_size"] = 128, c["num_attention_heads"] = 2, c["num_key_value_heads"] = 1;   // head size 64, GQA 2
-    c["vocab_size"] = 4099, c["max_position_embeddings"] = 8192;
-    write_random_checkpoint(dir, c);
-    const ModelConfig cfg = load_config(dir);
-    const Checkpoint ckpt(dir);
-    std::mt19937 rng(5);
-    std::vector<int> prompt(4096 + 77);
-    for (int& id : prompt) id = (int)(rng() % cfg.vocab);
+    const TinyCheckpoint m({{"hidden_size", 128}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},  // hd 64, GQA 2
+                            {"vocab_size", 4099}, {"max_position_embeddings", 8192}});
+    const ModelConfig& cfg = m.cfg;
+    const Checkpoint& ckpt = m.ckpt;
+    const std::vector<int> prompt = random_ids(4096 + 77, cfg.vocab, 5);
     const int max_seq = (int)prompt.size() + 1;
     auto logits = [&](Engine& e) {   // the prompt's last logits, then the next step's
         e.reset();
@@ -232,12 +227,9 @@ TEST(Engine, PrefillLongerThanAChunkGpu) {
 // engine's, within the golden tests' bf16 bar.
 TEST(Engine, MultiQueryAttentionGpu) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU MQA test skipped";
-    const std::string dir = temp_dir();
-    json c = tiny_olmo2_config();
-    c["hidden_size"] = 128, c["num_attention_heads"] = 32, c["num_key_value_heads"] = 1, c["head_dim"] = 64;
-    write_random_checkpoint(dir, c);
-    const ModelConfig cfg = load_config(dir);
-    const Checkpoint ckpt(dir);
+    const TinyCheckpoint m({{"hidden_size", 128}, {"num_attention_heads", 32}, {"num_key_value_heads", 1}, {"head_dim", 64}});
+    const ModelConfig& cfg = m.cfg;
+    const Checkpoint& ckpt = m.ckpt;
     auto logits = [&](Engine& e) {
         std::vector<float> z = e.forward({3, 14, 15, 9, 26, 5, 35});
         for (int id : {8, 9, 7}) {
@@ -260,14 +252,9 @@ TEST(Engine, MultiQueryAttentionGpu) {
 // context of 3000 tokens caps both at 3000.
 TEST(Engine, PrefillChunkByMemoryGpu) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU prefill test skipped";
-    const std::string dir = temp_dir();
-    json c = tiny_olmo2_config();
-    c["max_position_embeddings"] = 32768;
-    write_random_checkpoint(dir, c);
-    const ModelConfig cfg = load_config(dir);
-    const Checkpoint ckpt(dir);
+    const TinyCheckpoint m(json{{"max_position_embeddings", 32768}});
     auto buffers = [&](int max_seq, int max_chunk) {
-        return make_cuda_engine(cfg, &ckpt, max_seq, DeviceDType::BF16, 0, 1, nullptr, max_chunk)->memory().other;
+        return make_cuda_engine(m.cfg, &m.ckpt, max_seq, DeviceDType::BF16, 0, 1, nullptr, max_chunk)->memory().other;
     };
     EXPECT_GT(buffers(20000, 0), buffers(20000, 4096));
     EXPECT_EQ(buffers(20000, 0), buffers(20000, 16384));

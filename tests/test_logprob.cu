@@ -105,16 +105,11 @@ TEST(LogprobKernel, NonFiniteRowsGiveNaN) {
 // A tiny model with room for more than one prefill chunk of the CUDA engine (set to 4096 rows).
 TEST(EngineScore, LongerThanAChunkEqualsCpu) {
     SKIP_WITHOUT_GPU();
-    const std::string dir = temp_dir();
-    json c = tiny_olmo2_config();
-    c["hidden_size"] = 32, c["num_attention_heads"] = 2, c["num_key_value_heads"] = 1, c["num_hidden_layers"] = 1;
-    c["vocab_size"] = 4099, c["max_position_embeddings"] = 8192;
-    write_random_checkpoint(dir, c);
-    const ModelConfig cfg = load_config(dir);
-    const Checkpoint ckpt(dir);
-    std::mt19937 rng(3);
-    std::vector<int> ids(4096 + 77);
-    for (int& id : ids) id = (int)(rng() % cfg.vocab);
+    const TinyCheckpoint m({{"hidden_size", 32}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                            {"num_hidden_layers", 1}, {"vocab_size", 4099}, {"max_position_embeddings", 8192}});
+    const ModelConfig& cfg = m.cfg;
+    const Checkpoint& ckpt = m.ckpt;
+    const std::vector<int> ids = random_ids(4096 + 77, cfg.vocab, 3);
     auto cpu = make_cpu_engine(cfg, ckpt, (int)ids.size());
     auto gpu = make_cuda_engine(cfg, &ckpt, (int)ids.size(), DeviceDType::F32, 0, 1, nullptr, 4096);
     const std::vector<float> want = cpu->score(cpu->new_sequence(), ids);

@@ -1,6 +1,6 @@
 // test_util.h: small helpers shared by the tests: temp folders, writing safetensors files
 // (single or sharded, any float dtype), random tensor bytes, expecting an olmo::Error with given
-// words, a random tiny checkpoint, running ./generate.
+// words, a random tiny checkpoint (and one of a shape of the test's own), running ./generate.
 #pragma once
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -18,6 +18,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "safetensors.h"
 #include "tokenizer.h"
 #include "weights.h"
 
@@ -136,6 +137,31 @@ inline json tiny_olmo2_config() {
     return {{"model_type", "olmo2"}, {"hidden_size", 32}, {"intermediate_size", 64}, {"num_hidden_layers", 2},
             {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 64}, {"max_position_embeddings", 64},
             {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"eos_token_id", 1000}};
+}
+
+// A random checkpoint of tiny_olmo2_config() with the keys of `changes` set over it, written to
+// a fresh folder and opened: for a test that needs a shape of its own.
+struct TinyCheckpoint {
+    std::string dir = temp_dir();
+    ModelConfig cfg;
+    Checkpoint ckpt;
+    explicit TinyCheckpoint(const json& changes) : cfg(written(dir, changes)), ckpt(dir) {}
+
+private:
+    static ModelConfig written(const std::string& dir, const json& changes) {
+        json c = tiny_olmo2_config();
+        c.update(changes);
+        write_random_checkpoint(dir, c);
+        return load_config(dir);
+    }
+};
+
+// n token ids below `vocab`, the same for the same seed.
+inline std::vector<int> random_ids(size_t n, int vocab, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<int> ids(n);
+    for (int& id : ids) id = (int)(rng() % vocab);
+    return ids;
 }
 
 // tiny_olmo2_config with OLMo-2's vocabulary (the dolma2 tokenizer's 100352 ids), kept small.
