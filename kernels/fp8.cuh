@@ -4,8 +4,8 @@
 // Storage (src/fp8.h has the format and the CPU reference): a weight W [N, K] becomes
 //     q [N16, ld] E4M3 and scale [N16] fp32,   W[n, k] ≈ scale[n] · q[n, k]
 // one scale per output channel (row), rows padded with zeros to N16 = N rounded up to 16 and
-// ld = K rounded up to 64, so the product below needs no bounds checks on q and every row
-// starts 64-byte aligned (cuBLASLt's FP8 GEMM wants 16). Why per channel: docs/fp8.md.
+// ld = K rounded up to kFp8Cols (128), so the product below needs no bounds checks on q and
+// every row starts 128-byte aligned (cuBLASLt's FP8 GEMM wants 16). Why per channel: docs/fp8.md.
 //
 // quantize_rows_fp8: one block per row: amax = max |x| (a block reduction), then
 //     q = E4M3(x · 448/amax) with round-to-nearest-even and saturation (cvt.rn.satfinite).
@@ -17,11 +17,16 @@
 // (cp.async, past L1 and the registers), and widened to 16 bits in registers; the tensor cores
 // then do the arithmetic (mma m16n8k16: 16 output channels times 8 tokens, fp32 accumulators),
 // so 16 tokens cost no more reading than one. A block owns 16 output channels; its warps split
-// K, walking 64-column chunks (warp w takes chunks w, w + warps, ...), each with a ring of D
+// K, walking chunks of 128 columns (warp w takes chunks w, w + warps, ...), each with a ring of D
 // chunks of which D - 1 are in flight while it computes one, and add their partial sums
-// through shared memory at the end. The first D - 1 chunks are asked for before the kernel
-// waits for the one ahead of it (a programmatic dependent launch): weights do not depend on it.
-// D = 2 (one chunk in flight per warp) streamed fastest; deeper rings were slower (docs/fp8.md).
+// through shared memory at the end. A chunk is 16 rows x 128 bytes, and each copy instruction
+// of the warp reads four whole 128-byte rows of it (8 lanes a row), not the eight 64-byte
+// halves it would read if each lane copied the bytes it multiplies: a pure stream of whole
+// lines reads 4-7% faster (docs/fp8.md, "Whole lines"), so the lanes exchange the bytes through
+// the ring.
+// The first D - 1 chunks are asked for before the kernel waits for the one ahead of it (a
+// programmatic dependent launch): weights do not depend on it. D = 2 (one chunk in flight per
+// warp) streamed fastest (docs/fp8.md).
 //
 // fp8_gemv_swiglu: the same product of the fused gate | up weight [2I, K], with SwiGLU in its
 // epilogue: a[r, i] = silu(y[r, i]) · y[r, I + i] in T, so the MLP needs no kernel between its
@@ -29,11 +34,15 @@
 // place of a tile's two halves, so each lane holds a gate and its up for the same tokens.
 //
 // Which column of the mma goes where: a dot product does not care about the order of its
-// terms, so instead of the mma's own column order the lanes take contiguous bytes. In a chunk,
-// lane (g = lane/4, t = lane%4) loads columns [16t, 16t + 16) of rows g and g+8, and mma step
-// s (0..3) uses columns 16t + 4s + {0, 1, 2, 3} as its columns {2t, 2t+1, 2t+8, 2t+9}. The
-// tokens' fragment gets the same permutation (lane g reads token g's 16 values at 16t), so A
-// and B still meet column for column.
+// terms, so instead of the mma's own column order the lanes take contiguous bytes. In each
+// 64-column half of a chunk, lane (g = lane/4, t = lane%4) reads columns [16t, 16t + 16) of rows
+// g and g+8 from the ring, and mma step s (0..3) uses columns 16t + 4s + {0, 1, 2, 3} as its
+// columns {2t, 2t+1, 2t+8, 2t+9}. The tokens' fragment gets the same permutation (lane g reads
+// token g's 16 values at 16t), so A and B still meet column for column.
+//
+// The ring slot of a chunk holds its 16 rows of 128 bytes in order, with the 16-byte units of
+// every odd row swapped by halves (unit u at u ^ 4), so that the 8 lanes of a shared-memory
+// phase (rows g and g + 1, units 4h .. 4h+3) read 8 different banks' groups.
 #pragma once
 #include <cuda_fp8.h>
 
@@ -47,9 +56,11 @@
 namespace olmo {
 
 constexpr int kFp8GemvMaxRows = 16;
-// Slots of 16 rows x 64 weight bytes in each fp8_gemv warp's shared-memory ring (its D): D - 1
+// Slots of 16 rows x 128 weight bytes in each fp8_gemv warp's shared-memory ring (its D): D - 1
 // chunks are in flight while the warp computes one (docs/fp8.md has the sweep).
 constexpr int kFp8GemvDepth = 2;
+constexpr int kFp8ChunkCols = 128, kFp8SlotBytes = 16 * kFp8ChunkCols;
+static_assert(kFp8ChunkCols == kFp8Cols, "a chunk is the column padding (fp8.h): ld holds whole chunks");
 
 // ---- quantization ----
 
@@ -159,68 +170,85 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 
 }  // namespace fp8
 
+// The offset in a ring slot of row r's 16-byte unit u (0..7): the rows in order, the units of odd
+// rows swapped by halves (the bank note above).
+__device__ __forceinline__ uint32_t fp8_slot_offset(int r, int u) { return r * kFp8ChunkCols + 16 * (u ^ 4 * (r & 1)); }
+
 // GROUPS: tokens in groups of 8 (1 or 2). D: slots of this warp's ring (D - 1 chunks in flight
 // while one is computed). The block's warps (blockDim.x / 32, up to 16) split K: warp w takes
-// chunks w, w + warps, ... Each lane copies its own 2 x 16 bytes of a chunk into its own place
-// in the warp's ring (cp.async: no registers held, no other thread involved, so no barrier) and
-// later reads exactly those bytes back. The tokens' 16 values of the next chunk are loaded one
-// chunk ahead, so that their latency hides behind this chunk's work.
+// chunks w, w + warps, ... Lane l copies unit l % 8 of rows l / 8, 4 + l / 8, 8 + l / 8 and
+// 12 + l / 8 of a chunk into the warp's ring (cp.async: no registers held while the bytes
+// travel), and once every lane's copies have landed (cp.async.wait, then a warp barrier) reads
+// the units it multiplies. The tokens' 16 values for each 64-column half are loaded one half
+// ahead of their use.
 // SWIGLU: the output is a [rows, N/2] in T (fp8_gemv_swiglu above), y is unused.
 template <typename T, int GROUPS, int D, bool SWIGLU>
 __global__ void __launch_bounds__(512, 1)
     fp8_gemv_kernel(float* __restrict__ y, T* __restrict__ a, const T* __restrict__ x, const uint8_t* __restrict__ q,
                     const float* __restrict__ scale, int rows, int N, int K, int ld) {
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int chunks = (K + 63) / 64;
+    const int chunks = ld / kFp8ChunkCols;
     const int mine = warp < chunks ? (chunks - warp + warps - 1) / warps : 0;   // this warp's chunks
     // The block's two halves of 8 rows: n_lo .. n_lo+7 and n_hi .. n_hi+7 (a gate and its up).
     const int n_lo = blockIdx.x * (SWIGLU ? 8 : 16), n_hi = n_lo + (SWIGLU ? N / 2 : 8);
-    const uint8_t* w_lo = q + (int64_t)(n_lo + g) * ld + 16 * t;   // row n_lo+g, this lane's 16 bytes of chunk 0
-    const uint8_t* w_hi = w_lo + (int64_t)(n_hi - n_lo) * ld;       // row n_hi+g
-    // smem: the rings [warps][D][2 rows][32 lanes] of 16 bytes, then the partial sums.
+    const int cr = lane / 8, cu = lane % 8;   // the rows (cr + 4p) and unit this lane copies
+    const uint8_t* w_lo = q + (int64_t)(n_lo + cr) * ld + 16 * cu;   // tile rows cr, cr + 4: chunk 0
+    const uint8_t* w_hi = q + (int64_t)(n_hi + cr) * ld + 16 * cu;   // tile rows 8 + cr, 12 + cr
+    // smem: the rings [warps][D] of kFp8SlotBytes, then the partial sums.
     extern __shared__ uint4 smem[];
-    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem) + (warp * D * 64 + lane) * 16;
-    auto slot = [&](int i) { return ring + (i % D) * 1024; };   // + 512: the row g+8 half
+    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem) + warp * D * kFp8SlotBytes;
+    auto slot = [&](int i) { return ring + (i % D) * kFp8SlotBytes; };
     auto fetch = [&](int i) {   // this warp's chunk i into slot i % D (past the last: an empty group)
         if (i < mine) {
-            const int c = warp + i * warps;
-            attn::cp_async_16(slot(i), w_lo + 64 * c, true);
-            attn::cp_async_16(slot(i) + 512, w_hi + 64 * c, true);
+            const int64_t c = (warp + i * warps) * kFp8ChunkCols;
+#pragma unroll
+            for (int p = 0; p < 4; p++) {   // tile row r = 4p + cr
+                const uint8_t* src = (p < 2 ? w_lo : w_hi) + (p % 2) * 4 * (int64_t)ld + c;
+                attn::cp_async_16(slot(i) + fp8_slot_offset(4 * p + cr, cu), src, true);
+            }
         }
         attn::cp_async_commit();
     };
-    auto load_x = [&](uint32_t(&xv)[GROUPS][8], int i) {   // the tokens' 16 values for chunk i
+    auto load_x = [&](uint32_t(&xv)[GROUPS][8], int i, int h) {   // the tokens' 16 values for half h of chunk i
 #pragma unroll
-        for (int gr = 0; gr < GROUPS; gr++) fp8::load_token16(xv[gr], x, gr * 8 + g, (warp + i * warps) * 64 + 16 * t, rows, K);
+        for (int gr = 0; gr < GROUPS; gr++)
+            fp8::load_token16(xv[gr], x, gr * 8 + g, (warp + i * warps) * kFp8ChunkCols + 64 * h + 16 * t, rows, K);
     };
 
     for (int i = 0; i < D - 1; i++) fetch(i);
     grid_dependency_wait();   // the weights are in flight; x comes from the kernel ahead
     float acc[GROUPS][4] = {};
     uint32_t xv[GROUPS][8], xn[GROUPS][8];
-    if (mine > 0) load_x(xv, 0);
+    if (mine > 0) load_x(xv, 0, 0);
     for (int i = 0; i < mine; i++) {
-        fetch(i + D - 1);              // into the slot chunk i - 1 has left
-        attn::cp_async_wait<D - 1>();  // chunk i has landed
-        const uint4 lo = fp8::ld_shared_16(slot(i)), hi = fp8::ld_shared_16(slot(i) + 512);
-        if (i + 1 < mine) load_x(xn, i + 1);
+        __syncwarp();                  // every lane has read the slot chunk i - 1 left
+        fetch(i + D - 1);              // into that slot
+        attn::cp_async_wait<D - 1>();  // this lane's copies of chunk i have landed
+        __syncwarp();                  // and every lane's
 #pragma unroll
-        for (int gr = 0; gr < GROUPS; gr++)
+        for (int h = 0; h < 2; h++) {
+            const uint4 lo = fp8::ld_shared_16(slot(i) + fp8_slot_offset(g, 4 * h + t));
+            const uint4 hi = fp8::ld_shared_16(slot(i) + fp8_slot_offset(g + 8, 4 * h + t));
+            if (h == 0) load_x(xn, i, 1);
+            else if (i + 1 < mine) load_x(xn, i + 1, 0);
 #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const uint32_t a[4] = {fp8::widen_pair<T>(lo, 2 * s), fp8::widen_pair<T>(hi, 2 * s),
-                                       fp8::widen_pair<T>(lo, 2 * s + 1), fp8::widen_pair<T>(hi, 2 * s + 1)};
-                attn::mma_16x8x16<T>(acc[gr], a, xv[gr][2 * s], xv[gr][2 * s + 1]);
-            }
+            for (int gr = 0; gr < GROUPS; gr++)
 #pragma unroll
-        for (int gr = 0; gr < GROUPS; gr++)
+                for (int s = 0; s < 4; s++) {
+                    const uint32_t a[4] = {fp8::widen_pair<T>(lo, 2 * s), fp8::widen_pair<T>(hi, 2 * s),
+                                           fp8::widen_pair<T>(lo, 2 * s + 1), fp8::widen_pair<T>(hi, 2 * s + 1)};
+                    attn::mma_16x8x16<T>(acc[gr], a, xv[gr][2 * s], xv[gr][2 * s + 1]);
+                }
 #pragma unroll
-            for (int j = 0; j < 8; j++) xv[gr][j] = xn[gr][j];
+            for (int gr = 0; gr < GROUPS; gr++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) xv[gr][j] = xn[gr][j];
+        }
     }
 
     // Sum the warps' partial products; warp 0 scales and writes. acc[gr][i] is output channel
     // n_lo + g (n_hi + g for i >= 2) of token 8gr + 2t + i%2. part: [warps][GROUPS * 4][32].
-    float* part = reinterpret_cast<float*>(smem + warps * D * 64);
+    float* part = reinterpret_cast<float*>(smem + warps * D * kFp8SlotBytes / 16);
 #pragma unroll
     for (int i = 0; i < GROUPS * 4; i++) part[(warp * GROUPS * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
     __syncthreads();
@@ -246,7 +274,7 @@ __global__ void __launch_bounds__(512, 1)
 
 // Shared memory a block of `warps` warps needs: its rings and the partial sums.
 template <int GROUPS, int D>
-constexpr int fp8_gemv_smem(int warps) { return warps * (D * 1024 + GROUPS * 4 * 32 * (int)sizeof(float)); }
+constexpr int fp8_gemv_smem(int warps) { return warps * (D * kFp8SlotBytes + GROUPS * 4 * 32 * (int)sizeof(float)); }
 
 struct Fp8GemvShape {
     int warps;   // per block
@@ -279,7 +307,7 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
         const int fit = (kSmemPerSmBytes / per - kSmemReservedBytes) / 1024 * 1024;
         return std::max(fp8_gemv_smem<GROUPS, D>(w), std::min(fit, kMaxSmemBytes));
     };
-    const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = (W.K + 63) / 64;
+    const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = W.ld / kFp8ChunkCols;
     for (int w : {16, 8, 6, 4, 3, 2})
         if ((w <= chunks || w == 2) && tiles <= (int64_t)per_sm[w] * sms) return {w, padded(w, (int)((tiles + sms - 1) / sms))};
     const int w = chunks >= 8 ? 8 : 2;   // several waves: as many blocks per SM as fit

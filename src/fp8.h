@@ -61,13 +61,15 @@ struct PendingScale {
 };
 
 // A weight matrix W [N, K] on the device in FP8 (kernels/fp8.cuh): W[n, k] ≈ scale[n] * q[n, k],
-// rows padded with zeros to N16 = N rounded up to 16, columns to ld = K rounded up to 64.
+// rows padded with zeros to N16 = N rounded up to 16, columns to ld = K rounded up to kFp8Cols
+// (the small-batch product's chunk of columns; every K of a real model is a multiple of it).
 struct Fp8Matrix {
     uint8_t* q = nullptr;     // [N16, ld]  E4M3
     float* scale = nullptr;   // [N16]
     int N = 0, K = 0, ld = 0;
 };
-inline int fp8_padded_cols(int K) { return (K + 63) / 64 * 64; }
+constexpr int kFp8Cols = 128;
+inline int fp8_padded_cols(int K) { return (K + kFp8Cols - 1) / kFp8Cols * kFp8Cols; }
 inline int fp8_padded_rows(int N) { return (N + 15) / 16 * 16; }
 
 // The inverse scale a row is multiplied by before rounding (0 for a negligible row).
