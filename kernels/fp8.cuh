@@ -59,8 +59,8 @@ constexpr int kFp8GemvMaxRows = 16;
 // Slots of 16 rows x 128 weight bytes in each fp8_gemv warp's shared-memory ring (its D): D - 1
 // chunks are in flight while the warp computes one (docs/fp8.md has the sweep).
 constexpr int kFp8GemvDepth = 2;
-constexpr int kFp8ChunkCols = 128, kFp8SlotBytes = 16 * kFp8ChunkCols;
-static_assert(kFp8ChunkCols == kFp8Cols, "a chunk is the column padding (fp8.h): ld holds whole chunks");
+// A chunk is as wide as the column padding (fp8.h), so ld holds whole chunks.
+constexpr int kFp8ChunkCols = kFp8Cols, kFp8SlotBytes = 16 * kFp8ChunkCols;
 
 // ---- quantization ----
 
