@@ -179,7 +179,7 @@ __device__ __forceinline__ uint32_t fp8_slot_offset(int r, int u) { return r * k
 // chunks w, w + warps, ... Lane l copies unit l % 8 of rows l / 8, 4 + l / 8, 8 + l / 8 and
 // 12 + l / 8 of a chunk into the warp's ring (cp.async: no registers held while the bytes
 // travel), and once every lane's copies have landed (cp.async.wait, then a warp barrier) reads
-// the units it multiplies. The tokens' 16 values for each 64-column half are loaded one half
+// the units it multiplies. The tokens' 16 values for each 64-column half are loaded one chunk
 // ahead of their use.
 // SWIGLU: the output is a [rows, N/2] in T (fp8_gemv_swiglu above), y is unused.
 template <typename T, int GROUPS, int D, bool SWIGLU>
@@ -218,8 +218,11 @@ __global__ void __launch_bounds__(512, 1)
     for (int i = 0; i < D - 1; i++) fetch(i);
     grid_dependency_wait();   // the weights are in flight; x comes from the kernel ahead
     float acc[GROUPS][4] = {};
-    uint32_t xv[GROUPS][8], xn[GROUPS][8];
-    if (mine > 0) load_x(xv, 0, 0);
+    // The tokens' values one chunk ahead: x0, x1 hold chunk i's two halves; chunk i + 1's first
+    // half is loaded into xn while half 0 is multiplied, its second into x0 (free by then) while
+    // half 1 is, so every load has a whole chunk's products (and its weights' wait) to land.
+    uint32_t x0[GROUPS][8], x1[GROUPS][8], xn[GROUPS][8];
+    if (mine > 0) load_x(x0, 0, 0), load_x(x1, 0, 1);
     for (int i = 0; i < mine; i++) {
         __syncwarp();                  // every lane has read the slot chunk i - 1 left
         fetch(i + D - 1);              // into that slot
@@ -229,21 +232,24 @@ __global__ void __launch_bounds__(512, 1)
         for (int h = 0; h < 2; h++) {
             const uint4 lo = fp8::ld_shared_16(slot(i) + fp8_slot_offset(g, 4 * h + t));
             const uint4 hi = fp8::ld_shared_16(slot(i) + fp8_slot_offset(g + 8, 4 * h + t));
-            if (h == 0) load_x(xn, i, 1);
-            else if (i + 1 < mine) load_x(xn, i + 1, 0);
+            if (i + 1 < mine) {
+                if (h == 0) load_x(xn, i + 1, 0);
+                else load_x(x0, i + 1, 1);
+            }
 #pragma unroll
             for (int gr = 0; gr < GROUPS; gr++)
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
                     const uint32_t a[4] = {fp8::widen_pair<T>(lo, 2 * s), fp8::widen_pair<T>(hi, 2 * s),
                                            fp8::widen_pair<T>(lo, 2 * s + 1), fp8::widen_pair<T>(hi, 2 * s + 1)};
-                    attn::mma_16x8x16<T>(acc[gr], a, xv[gr][2 * s], xv[gr][2 * s + 1]);
+                    const uint32_t(&xv)[8] = h == 0 ? x0[gr] : x1[gr];
+                    attn::mma_16x8x16<T>(acc[gr], a, xv[2 * s], xv[2 * s + 1]);
                 }
-#pragma unroll
-            for (int gr = 0; gr < GROUPS; gr++)
-#pragma unroll
-                for (int j = 0; j < 8; j++) xv[gr][j] = xn[gr][j];
         }
+#pragma unroll
+        for (int gr = 0; gr < GROUPS; gr++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) x1[gr][j] = x0[gr][j], x0[gr][j] = xn[gr][j];
     }
 
     // Sum the warps' partial products; warp 0 scales and writes. acc[gr][i] is output channel
