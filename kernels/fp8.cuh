@@ -291,8 +291,8 @@ struct Fp8GemvShape {
 // block of the grid be resident at once, so the grid runs in one wave. The shared memory is then
 // padded so that no more blocks fit an SM than the wave needs: launched early (as a dependent),
 // the blocks would otherwise pile onto the SMs that are free first and leave others idle. When
-// no shape fits one wave (the output layer; gate | up from the 32B shape on), 8 warps and as many
-// blocks per SM as fit: in `bench_fp8` that streamed 7-12% faster than 2 warps (docs/fp8.md).
+// no shape fits one wave (the output layer; gate | up from the 32B shape on), 4 warps and as many
+// blocks per SM as fit: faster than 2, 3, 6 or 8 warps end to end (docs/fp8.md).
 template <typename T, int GROUPS, int D, bool SWIGLU = false>
 Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
     constexpr auto kernel = fp8_gemv_kernel<T, GROUPS, D, SWIGLU>;
@@ -316,7 +316,7 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
     const int64_t tiles = fp8_padded_rows(W.N) / 16, chunks = W.ld / kFp8ChunkCols;
     for (int w : {16, 8, 6, 4, 3, 2})
         if ((w <= chunks || w == 2) && tiles <= (int64_t)per_sm[w] * sms) return {w, padded(w, (int)((tiles + sms - 1) / sms))};
-    const int w = chunks >= 8 ? 8 : 2;   // several waves: as many blocks per SM as fit
+    const int w = chunks >= 4 ? 4 : 2;   // several waves: as many blocks per SM as fit
     return {w, fp8_gemv_smem<GROUPS, D>(w)};
 }
 
