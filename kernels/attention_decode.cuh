@@ -1,7 +1,7 @@
 // attention_decode.cuh: flash-decoding for a few query rows per sequence, every sequence of a
 // decode step in one launch, on mma.sync tensor cores.
 // defines: attn::kDecodeRows, attn::kDecodeBN, attn::kDecodeThreads, attn::kDecodeStages,
-//          attn::kMaxSlots, attn::decode_row_blocks, attn::attention_decode_kernel,
+//          attn::kMaxSlots, attn::decode_row_blocks, attn::prefetch_first_tiles, attn::attention_decode_kernel,
 //          attn::attention_combine_kernel, attn::decode_smem_bytes, attn::decode_max_slots,
 //          attn::decode_slot_count, attn::launch_decode
 //
@@ -154,6 +154,23 @@ __host__ __device__ inline int decode_row_blocks(const AttnParams<T>& p) {
     return (p.n_q * (p.nH / p.nKV) + kDecodeRows - 1) / kDecodeRows;
 }
 
+// Asks L2 (prefetch_l2) for the K and V rows of KV head kvh at keys [lo, hi) of sequence b: the
+// tiles the prologue copies right after the wait. All but the newest key's were written steps
+// ago, and the request is only a hint, so it may go out before the wait (the newest row, which
+// RoPE is writing, is then read from L2 as RoPE left it).
+template <typename T>
+__device__ void prefetch_first_tiles(const AttnParams<T>& p, int b, int kvh, int lo, int hi) {
+    const Pages pages = pages_of(p, b);
+    const int64_t stride = (int64_t)p.nKV * p.hd;
+    for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        const int64_t at = pages.row(j) * stride + (int64_t)kvh * p.hd;
+        for (int byte = 0; byte < p.hd * (int)sizeof(T); byte += 128) {
+            prefetch_l2(reinterpret_cast<const char*>(p.k + at) + byte);
+            prefetch_l2(reinterpret_cast<const char*>(p.v + at) + byte);
+        }
+    }
+}
+
 // o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
 template <typename T, int HD, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int slots,
@@ -188,8 +205,10 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     // Prologue: Q and the first STAGES-1 tiles in flight (one commit group each, maybe empty).
     // Everything so far read only pos0 and the table, which exist before the kernel ahead of
     // this one in the stream runs (rope, which writes q and this step's K/V rows); the launch is
-    // a programmatic dependent one, so this much overlaps that kernel's tail.
+    // a programmatic dependent one, so this much overlaps that kernel's tail, and so does the
+    // request to L2 for the first tiles' K/V rows.
     TableWindow tw(pages_of(p, run.b), lo, hi, lane, sq.base + (kDecodeRows + 2 * STAGES * BN) * SmemTile<HD>::kRowBytes + warp * kTableRingBytes);
+    prefetch_first_tiles(p, run.b, map.kvh, lo, min(hi, (tile_lo + STAGES - 1) * BN));
     grid_dependency_wait();
     load_q_tile_async<kDecodeRows, kDecodeThreads>(sq, p, map);
     cp_async_commit();

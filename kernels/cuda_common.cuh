@@ -2,7 +2,8 @@
 // defines: cudaCheck, cublasCheck, cudaCheckLaunch, to_float, from_float, Pack, kVec, store_pack,
 //          with_flag, aligned16,
 //          aligned, SumOp, MaxOp, MinOp, warp_reduce, block_reduce, grid_dependency_wait,
-//          allow_dependent_launch, launch_with, launch_dependent, allow_smem, kSmemPerSmBytes,
+//          allow_dependent_launch, prefetch_l2, prefetch_l2_block, launch_with, launch_dependent,
+//          allow_smem, kSmemPerSmBytes,
 //          kSmemReservedBytes, kMaxSmemBytes (and, from src/device_caps.h, what the GPU offers)
 //
 // Errors: every CUDA / cuBLAS call is wrapped, and a failure throws olmo::Error naming
@@ -127,6 +128,18 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::);
 #endif
+}
+
+// Asks L2 for the 128-byte line that holds p, without waiting for it: nothing is read into
+// registers, and a later write to the line (by any kernel) is seen as usual, so it is only ever a
+// hint. A dependent kernel asks, before its grid_dependency_wait(), for what the kernel ahead does
+// not write (its weights, older rows), so that its first reads after the wait find them in L2
+// instead of paying a trip to memory on the step's critical path.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+// Every line of bytes [p, p + bytes), spread over the block's threads.
+__device__ __forceinline__ void prefetch_l2_block(const void* p, int64_t bytes) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) / 128 * 128, end = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t a = first + threadIdx.x * 128; a < end; a += blockDim.x * 128) prefetch_l2(reinterpret_cast<const void*>(a));
 }
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch where

@@ -216,6 +216,9 @@ __global__ void __launch_bounds__(512, 1)
     };
 
     for (int i = 0; i < D - 1; i++) fetch(i);
+    // The scales of this lane's two output channels (row n_lo + g, n_hi + g of the padded [N16]),
+    // read now: at the end, after the sums, their trip to memory would be the kernel's last step.
+    const float scale_lo = scale[n_lo + g], scale_hi = scale[n_hi + g];
     grid_dependency_wait();   // the weights are in flight; x comes from the kernel ahead
     float acc[GROUPS][4] = {};
     // The tokens' values one chunk ahead: x0, x1 hold chunk i's two halves; chunk i + 1's first
@@ -263,7 +266,7 @@ __global__ void __launch_bounds__(512, 1)
     auto total = [&](int i) {   // y of acc[i / 4][i % 4], scaled
         float sum = 0.0f;
         for (int w = 0; w < warps; w++) sum += part[(w * GROUPS * 4 + i) * 32 + lane];
-        return sum * scale[(i % 4 >= 2 ? n_hi : n_lo) + g];
+        return sum * (i % 4 >= 2 ? scale_hi : scale_lo);
     };
 #pragma unroll
     for (int i = 0; i < GROUPS * 4; i++) {

@@ -26,7 +26,8 @@
 // Every kernel lets the kernel behind it in the stream launch at once (allow_dependent_launch):
 // one launched as a dependent (fp8_gemv) then streams its weights while we run, and waits for
 // our output before it reads it; an ordinary launch still waits for us to finish. add_rmsnorm
-// is itself launched as a dependent of the product ahead and waits for it first thing.
+// is itself launched as a dependent of the product ahead: it asks L2 for its residual row and
+// weight (prefetch_l2), which that product does not write, and then waits for it.
 #pragma once
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
@@ -115,10 +116,12 @@ __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld
 template <typename T, typename Y, int N, bool SCALED>
 __global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, T* xb, int H, float eps) {
     allow_dependent_launch();   // see the file comment
+    float* x_row = x + (int64_t)blockIdx.x * H;
+    prefetch_l2_block(x_row, H * (int64_t)sizeof(float));   // not written by the product ahead
+    prefetch_l2_block(w, H * (int64_t)sizeof(T));
     grid_dependency_wait();     // launched as a dependent of the product that writes y
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
-    float* x_row = x + (int64_t)blockIdx.x * H;
     const ScaledRow<Y, SCALED> y_row(y, blockIdx.x, H, ys);
     const float rstd = rms_rstd<N>(y_row, H, eps);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {

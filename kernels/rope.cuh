@@ -28,9 +28,9 @@
 // Positions and rows are read on the device so that a CUDA graph captured once replays decode
 // steps at new positions. The kernel lets the next kernel in the stream launch as soon as it
 // starts (allow_dependent_launch: the decode attention kernel does its set-up, then waits for us).
-// It is itself launched as a dependent of the product that writes qkv, and waits for it first
-// thing: its blocks are resident when that product ends (with the norms and SwiGLU: 7B fp8
-// decode +1%, 1B +4%; docs/fp8.md).
+// It is itself launched as a dependent of the product that writes qkv: its blocks are resident
+// when that product ends (with the norms and SwiGLU: 7B fp8 decode +1%, 1B +4%; docs/fp8.md),
+// and they read (or ask L2 for) what that product does not write before they wait for it.
 #pragma once
 #include "cuda_common.cuh"
 #include "norm.cuh"
@@ -61,13 +61,16 @@ template <typename T, typename X = T> struct RopeParams {
 // partners d+hd/2 .. d+hd/2+N-1.
 template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_kernel(RopeParams<T, X> p) {
     allow_dependent_launch();   // see the file comment
-    grid_dependency_wait();     // launched as a dependent of the product that writes qkv
     extern __shared__ float cs[];   // [hd]: this token's cos, then its sin, per d < hd/2 (times attn_factor)
     const int half = p.head_dim / 2, Q = p.n_heads * p.head_dim, KV = p.n_kv_heads * p.head_dim;
+    // What the product ahead does not write is read (or asked of L2) before waiting for it: the
+    // positions and pool rows (copied in at the step's start), the frequencies, the norms' weights.
     const int64_t r = blockIdx.x, row = p.cache_row[r];
     const float pos = (float)p.pos[r];
     const int d = threadIdx.x;   // (hd/2 <= blockDim.x): thread d computes angle d once, every head shares it
-    const float freq = d < half ? p.inv_freq[d] : 0.0f;   // loaded before the sums, so both loads overlap
+    const float freq = d < half ? p.inv_freq[d] : 0.0f;
+    if (p.q_norm) prefetch_l2_block(p.q_norm, Q * (int64_t)sizeof(T)), prefetch_l2_block(p.k_norm, KV * (int64_t)sizeof(T));
+    grid_dependency_wait();     // launched as a dependent of the product that writes qkv
     const ScaledRow<X, SCALED> x(p.qkv, r, Q + 2 * KV, p.scale);
     const bool norm = p.q_norm != nullptr;
     const float rstd_q = norm ? rms_rstd<N>(x, Q, p.eps) : 1.0f;
