@@ -56,6 +56,7 @@
 namespace olmo {
 
 constexpr int kFp8GemvMaxRows = 16;
+constexpr int kFp8GemvMaxWarps = 16;   // per block (the kernel's launch bounds: 512 threads)
 // Slots of 16 rows x 128 weight bytes in each fp8_gemv warp's shared-memory ring (its D): D - 1
 // chunks are in flight while the warp computes one (docs/fp8.md has the sweep).
 constexpr int kFp8GemvDepth = 2;
@@ -183,7 +184,7 @@ __device__ __forceinline__ uint32_t fp8_slot_offset(int r, int u) { return r * k
 // ahead of their use.
 // SWIGLU: the output is a [rows, N/2] in T (fp8_gemv_swiglu above), y is unused.
 template <typename T, int GROUPS, int D, bool SWIGLU>
-__global__ void __launch_bounds__(512, 1)
+__global__ void __launch_bounds__(kFp8GemvMaxWarps * 32, 1)
     fp8_gemv_kernel(float* __restrict__ y, T* __restrict__ a, const T* __restrict__ x, const uint8_t* __restrict__ q,
                     const float* __restrict__ scale, int rows, int N, int K, int ld) {
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -264,8 +265,15 @@ __global__ void __launch_bounds__(512, 1)
     allow_dependent_launch();
     if (warp != 0) return;
     auto total = [&](int i) {   // y of acc[i / 4][i % 4], scaled
+        // Every warp's partial sum is loaded first (one wait for shared memory, not one per
+        // warp: this is the kernel's last step), then added in warp order.
+        float p[kFp8GemvMaxWarps];
+#pragma unroll
+        for (int w = 0; w < kFp8GemvMaxWarps; w++) p[w] = w < warps ? part[(w * GROUPS * 4 + i) * 32 + lane] : 0.0f;
         float sum = 0.0f;
-        for (int w = 0; w < warps; w++) sum += part[(w * GROUPS * 4 + i) * 32 + lane];
+#pragma unroll
+        for (int w = 0; w < kFp8GemvMaxWarps; w++)
+            if (w < warps) sum += p[w];
         return sum * (i % 4 >= 2 ? scale_hi : scale_lo);
     };
 #pragma unroll
@@ -306,8 +314,8 @@ Fp8GemvShape fp8_gemv_shape(const Fp8Matrix& W) {
         return n;
     }();
     static const std::vector<int> per_sm = [] {   // resident blocks per SM, by warps per block
-        std::vector<int> n(17);
-        for (int w = 1; w <= 16; w++)
+        std::vector<int> n(kFp8GemvMaxWarps + 1);
+        for (int w = 1; w <= kFp8GemvMaxWarps; w++)
             if (fp8_gemv_smem<GROUPS, D>(w) <= kMaxSmemBytes)
                 cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[w], kernel, w * 32, fp8_gemv_smem<GROUPS, D>(w)));
         return n;
