@@ -198,8 +198,19 @@ template <typename T, typename Op> __device__ T block_reduce(T v, Op op) {
     __syncthreads();  // a previous call may still be reading `partial`
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
     __syncthreads();
-    v = partial[0];
-    for (int w = 1; w < (int)blockDim.x / 32; w++) v = op(v, partial[w]);
+    // The warps' values are combined in warp order, loaded 8 at a time before any of them is
+    // combined: one wait for shared memory per 8 warps, not one per warp (a norm's last step).
+    constexpr int kBatch = 8;
+    const int warps = blockDim.x / 32;
+    for (int w0 = 0; w0 < warps; w0 += kBatch) {
+        T p[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; j++)
+            if (w0 + j < warps) p[j] = partial[w0 + j];
+#pragma unroll
+        for (int j = 0; j < kBatch; j++)
+            if (w0 + j < warps) v = w0 + j == 0 ? p[0] : op(v, p[j]);
+    }
     return v;
 }
 
