@@ -69,7 +69,10 @@ template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_k
     const float pos = (float)p.pos[r];
     const int d = threadIdx.x;   // (hd/2 <= blockDim.x): thread d computes angle d once, every head shares it
     const float freq = d < half ? p.inv_freq[d] : 0.0f;
-    if (p.q_norm) prefetch_l2_block(p.q_norm, Q * (int64_t)sizeof(T)), prefetch_l2_block(p.k_norm, KV * (int64_t)sizeof(T));
+    if (p.q_norm) {
+        prefetch_l2_block(p.q_norm, Q * (int64_t)sizeof(T));
+        prefetch_l2_block(p.k_norm, KV * (int64_t)sizeof(T));
+    }
     grid_dependency_wait();     // launched as a dependent of the product that writes qkv
     const ScaledRow<X, SCALED> x(p.qkv, r, Q + 2 * KV, p.scale);
     const bool norm = p.q_norm != nullptr;
