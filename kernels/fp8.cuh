@@ -175,6 +175,36 @@ __device__ __forceinline__ void load_token16(uint32_t (&v)[8], const T* x, int r
 // rows swapped by halves (the bank note above).
 __device__ __forceinline__ uint32_t fp8_slot_offset(int r, int u) { return r * kFp8ChunkCols + 16 * (u ^ 4 * (r & 1)); }
 
+// acc += the weights of one 64-column half (lo, hi: this lane's 16 bytes of rows g and g + 8)
+// times the tokens' values for those columns (xv: 8 pairs per group of 8 tokens), in 4 mma
+// steps per group (the column order in the file comment).
+template <typename T, int GROUPS>
+__device__ __forceinline__ void fp8_mma_half(float (&acc)[GROUPS][4], const uint4& lo, const uint4& hi,
+                                             const uint32_t (&xv)[GROUPS][8]) {
+#pragma unroll
+    for (int gr = 0; gr < GROUPS; gr++)
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const uint32_t a[4] = {fp8::widen_pair<T>(lo, 2 * s), fp8::widen_pair<T>(hi, 2 * s),
+                                   fp8::widen_pair<T>(lo, 2 * s + 1), fp8::widen_pair<T>(hi, 2 * s + 1)};
+            attn::mma_16x8x16<T>(acc[gr], a, xv[gr][2 * s], xv[gr][2 * s + 1]);
+        }
+}
+
+// The sum of value i over the block's warps, part: [warps][values][32] in shared memory, for
+// this lane. Every warp's value is loaded first (one wait for shared memory, not one per warp:
+// this is the kernel's last step), then added in warp order.
+__device__ __forceinline__ float fp8_sum_warps(const float* part, int warps, int values, int i, int lane) {
+    float p[kFp8GemvMaxWarps];
+#pragma unroll
+    for (int w = 0; w < kFp8GemvMaxWarps; w++) p[w] = w < warps ? part[(w * values + i) * 32 + lane] : 0.0f;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kFp8GemvMaxWarps; w++)
+        if (w < warps) sum += p[w];
+    return sum;
+}
+
 // GROUPS: tokens in groups of 8 (1 or 2). D: slots of this warp's ring (D - 1 chunks in flight
 // while one is computed). The block's warps (blockDim.x / 32, up to 16) split K: warp w takes
 // chunks w, w + warps, ... Lane l copies unit l % 8 of rows l / 8, 4 + l / 8, 8 + l / 8 and
@@ -240,15 +270,7 @@ __global__ void __launch_bounds__(kFp8GemvMaxWarps * 32, 1)
                 if (h == 0) load_x(xn, i + 1, 0);
                 else load_x(x0, i + 1, 1);
             }
-#pragma unroll
-            for (int gr = 0; gr < GROUPS; gr++)
-#pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    const uint32_t a[4] = {fp8::widen_pair<T>(lo, 2 * s), fp8::widen_pair<T>(hi, 2 * s),
-                                           fp8::widen_pair<T>(lo, 2 * s + 1), fp8::widen_pair<T>(hi, 2 * s + 1)};
-                    const uint32_t(&xv)[8] = h == 0 ? x0[gr] : x1[gr];
-                    attn::mma_16x8x16<T>(acc[gr], a, xv[2 * s], xv[2 * s + 1]);
-                }
+            fp8_mma_half<T>(acc, lo, hi, h == 0 ? x0 : x1);
         }
 #pragma unroll
         for (int gr = 0; gr < GROUPS; gr++)
@@ -265,16 +287,7 @@ __global__ void __launch_bounds__(kFp8GemvMaxWarps * 32, 1)
     allow_dependent_launch();
     if (warp != 0) return;
     auto total = [&](int i) {   // y of acc[i / 4][i % 4], scaled
-        // Every warp's partial sum is loaded first (one wait for shared memory, not one per
-        // warp: this is the kernel's last step), then added in warp order.
-        float p[kFp8GemvMaxWarps];
-#pragma unroll
-        for (int w = 0; w < kFp8GemvMaxWarps; w++) p[w] = w < warps ? part[(w * GROUPS * 4 + i) * 32 + lane] : 0.0f;
-        float sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kFp8GemvMaxWarps; w++)
-            if (w < warps) sum += p[w];
-        return sum * (i % 4 >= 2 ? scale_hi : scale_lo);
+        return fp8_sum_warps(part, warps, GROUPS * 4, i, lane) * (i % 4 >= 2 ? scale_hi : scale_lo);
     };
 #pragma unroll
     for (int i = 0; i < GROUPS * 4; i++) {
