@@ -1,5 +1,5 @@
 // fp8.cuh: FP8 (E4M3) weights: per-row quantization, and the matrix product for a few tokens.
-// defines: quantize_rows_fp8, scale_rows_cols, fp8_gemv, fp8_gemv_swiglu, kFp8GemvMaxRows
+// defines: quantize_rows_fp8, scale_rows_cols, fp8_gemv, fp8_gemv_swiglu, kFp8GemvMaxRows, kFp8GemvMaxWarps
 //
 // Storage (src/fp8.h has the format and the CPU reference): a weight W [N, K] becomes
 //     q [N16, ld] E4M3 and scale [N16] fp32,   W[n, k] ≈ scale[n] · q[n, k]
