@@ -60,6 +60,37 @@ template <int N, typename Row> __device__ float rms_rstd(const Row& row, int H, 
     return 1.0f / sqrtf(row_sum<N>(row, H, [](float v) { return v * v; }) / H + eps);
 }
 
+// rms_rstd of two rows at once (the QK-norm's q and k parts of one token): each thread's loads of
+// both rows go out before any of them is added, so the two sums wait for memory once. Each sum's
+// additions are row_sum's, in the same order: the factors are bit for bit rms_rstd's.
+template <int N, typename Row> __device__ float2 rms_rstd2(const Row& a, int Ha, const Row& b, int Hb, float eps) {
+    constexpr int B = 4;
+    const int pa = Ha / N, pb = Hb / N;
+    float sa = 0.0f, sb = 0.0f;
+    for (int i0 = threadIdx.x; i0 < max(pa, pb); i0 += B * blockDim.x) {
+        decltype(a.template raw<N>(0)) ra[B], rb[B];
+        for (int k = 0; k < B; k++) {
+            const int i = i0 + k * blockDim.x;
+            if (i < pa) ra[k] = a.template raw<N>((int64_t)i * N);
+            if (i < pb) rb[k] = b.template raw<N>((int64_t)i * N);
+        }
+        for (int k = 0; k < B; k++) {
+            const int i = i0 + k * blockDim.x;
+            if (i < pa) {
+                const Pack<float, N> v = a.template to_fp32<N>(ra[k], (int64_t)i * N);
+                for (int j = 0; j < N; j++) sa += v.v[j] * v.v[j];
+            }
+            if (i < pb) {
+                const Pack<float, N> v = b.template to_fp32<N>(rb[k], (int64_t)i * N);
+                for (int j = 0; j < N; j++) sb += v.v[j] * v.v[j];
+            }
+        }
+    }
+    sa = block_reduce(sa, SumOp{});
+    sb = block_reduce(sb, SumOp{});
+    return {1.0f / sqrtf(sa / Ha + eps), 1.0f / sqrtf(sb / Hb + eps)};
+}
+
 // out_row (T) = (x_row - mean) * rstd over one row; x_row may be fp32 (the residual stream).
 template <int N, typename T, typename X> __device__ void layernorm_row(T* out_row, const X* x_row, int H, float eps) {
     const ScaledRow<X> x(x_row, 0, 0);   // (no scales)
@@ -123,11 +154,7 @@ __global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const 
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
     const ScaledRow<Y, SCALED> y_row(y, blockIdx.x, H, ys);
-    const float rstd = rms_rstd<N>(y_row, H, eps);
-    for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
-        PX a = reinterpret_cast<PX*>(x_row)[i];
-        const PX b = y_row.template load<N>((int64_t)i * N);
-        const P wp = reinterpret_cast<const P*>(w)[i];
+    auto apply = [&](int i, PX a, const PX& b, const P& wp, float rstd) {   // pack i: x += w · (y · rstd)
         P o;
         for (int j = 0; j < N; j++) {
             a.v[j] += to_float(wp.v[j]) * (b.v[j] * rstd);
@@ -135,7 +162,24 @@ __global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const 
         }
         reinterpret_cast<PX*>(x_row)[i] = a;
         reinterpret_cast<P*>(xb + (int64_t)blockIdx.x * H)[i] = o;
+    };
+    if (H / N <= (int)blockDim.x) {   // a pack per thread (row_threads, up to 512 packs): y, x and w read once, together
+        const int i = threadIdx.x;
+        const bool mine = i < H / N;
+        PX a = {}, b = {};
+        P wp = {};
+        float s = 0.0f;   // the sum of squares as row_sum adds it
+        if (mine) {
+            b = y_row.template load<N>((int64_t)i * N), a = reinterpret_cast<PX*>(x_row)[i], wp = reinterpret_cast<const P*>(w)[i];
+            for (int j = 0; j < N; j++) s += b.v[j] * b.v[j];
+        }
+        const float rstd = 1.0f / sqrtf(block_reduce(s, SumOp{}) / H + eps);
+        if (mine) apply(i, a, b, wp, rstd);
+        return;
     }
+    const float rstd = rms_rstd<N>(y_row, H, eps);
+    for (int i = threadIdx.x; i < H / N; i += blockDim.x)
+        apply(i, reinterpret_cast<PX*>(x_row)[i], y_row.template load<N>((int64_t)i * N), reinterpret_cast<const P*>(w)[i], rstd);
 }
 
 // ---- launchers: 16-byte packs of T (kVec<T> elements) when every row start is aligned for

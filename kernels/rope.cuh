@@ -73,16 +73,16 @@ template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_k
         prefetch_l2_block(p.q_norm, Q * (int64_t)sizeof(T));
         prefetch_l2_block(p.k_norm, KV * (int64_t)sizeof(T));
     }
-    grid_dependency_wait();     // launched as a dependent of the product that writes qkv
-    const ScaledRow<X, SCALED> x(p.qkv, r, Q + 2 * KV, p.scale);
-    const bool norm = p.q_norm != nullptr;
-    const float rstd_q = norm ? rms_rstd<N>(x, Q, p.eps) : 1.0f;
-    const float rstd_k = norm ? rms_rstd<N>(x.from(Q), KV, p.eps) : 1.0f;
-    if (d < half) {
+    if (d < half) {   // the angles need only the position: computed before the wait too
         float s, c;
         sincosf(pos * freq, &s, &c);
         cs[d] = c * p.attn_factor, cs[half + d] = s * p.attn_factor;
     }
+    grid_dependency_wait();     // launched as a dependent of the product that writes qkv
+    const ScaledRow<X, SCALED> x(p.qkv, r, Q + 2 * KV, p.scale);
+    const bool norm = p.q_norm != nullptr;
+    const float2 rstd = norm ? rms_rstd2<N>(x, Q, x.from(Q), KV, p.eps) : float2{1.0f, 1.0f};
+    const float rstd_q = rstd.x, rstd_k = rstd.y;
     __syncthreads();   // the cos/sin table is complete
     for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < (p.n_heads + 2 * p.n_kv_heads) * half / N;
          t += gridDim.y * blockDim.x) {
