@@ -52,7 +52,7 @@ NVCCFLAGS ?= -O3 -g -lineinfo
 NVCCFLAGS += -std=c++17 $(GENCODE) -DOLMO_CUDA_ARCHS='"$(CUDA_ARCHS)"' --expt-relaxed-constexpr \
              -Isrc -Ikernels -MMD -MP -Xcompiler -Wall,-Wextra,-fopenmp
 CXXFLAGS += -DOLMO_CUDA -I$(CUDA_HOME)/include
-LDLIBS   += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
 LIB_CU   := $(wildcard src/*.cu)
 LIB_OBJ  += $(LIB_CU:%.cu=$(BUILD)/%.o)
 GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/tests/%,$(wildcard tests/test_*.cu))

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -158,17 +159,21 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, int smem
 // On sm_90 an SM has 228 KB of shared memory, of which each resident block takes a reserved
 // 1 KB, and one block may use up to 227 KB (other GPUs allow a block less:
 // device_caps().smem_per_block). A kernel gets more than the default 48 KB of dynamic shared
-// memory only after it opts in: allow_smem<kernel>(bytes), once per kernel (the first call's
-// bytes stay).
+// memory only after it opts in: allow_smem<kernel>(bytes), once per kernel and GPU (the
+// attribute is the current device's; the first call's bytes stay). Threads driving different
+// GPUs (--tp) may call it at once.
 constexpr int kSmemPerSmBytes = 228 * 1024, kSmemReservedBytes = 1024, kMaxSmemBytes = 227 * 1024;
 
 template <auto Kernel>
 void allow_smem(int bytes) {
-    static const bool done = [&] {
-        cudaCheck(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        return true;
-    }();
-    (void)done;
+    static std::mutex m;
+    static uint64_t done = 0;   // bit d: done on device d
+    int device = 0;
+    cudaCheck(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(m);
+    if (device < 64 && (done >> device & 1)) return;
+    cudaCheck(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (device < 64) done |= uint64_t(1) << device;
 }
 
 // ---- reductions (blockDim.x must be a multiple of 32) ----

@@ -60,10 +60,10 @@ template <int N, typename Row> __device__ float rms_rstd(const Row& row, int H, 
     return 1.0f / sqrtf(row_sum<N>(row, H, [](float v) { return v * v; }) / H + eps);
 }
 
-// rms_rstd of two rows at once (the QK-norm's q and k parts of one token): each thread's loads of
-// both rows go out before any of them is added, so the two sums wait for memory once. Each sum's
-// additions are row_sum's, in the same order: the factors are bit for bit rms_rstd's.
-template <int N, typename Row> __device__ float2 rms_rstd2(const Row& a, int Ha, const Row& b, int Hb, float eps) {
+// The sums of squares of two rows at once (the QK-norm's q and k parts of one token): each
+// thread's loads of both rows go out before any of them is added, so the two sums wait for
+// memory once. Each sum's additions are row_sum's, in the same order. All threads get them.
+template <int N, typename Row> __device__ float2 row_sumsq2(const Row& a, int Ha, const Row& b, int Hb) {
     constexpr int B = 4;
     const int pa = Ha / N, pb = Hb / N;
     float sa = 0.0f, sb = 0.0f;
@@ -86,9 +86,13 @@ template <int N, typename Row> __device__ float2 rms_rstd2(const Row& a, int Ha,
             }
         }
     }
-    sa = block_reduce(sa, SumOp{});
-    sb = block_reduce(sb, SumOp{});
-    return {1.0f / sqrtf(sa / Ha + eps), 1.0f / sqrtf(sb / Hb + eps)};
+    return {block_reduce(sa, SumOp{}), block_reduce(sb, SumOp{})};
+}
+
+// rms_rstd of two rows at once (row_sumsq2): bit for bit rms_rstd's factors.
+template <int N, typename Row> __device__ float2 rms_rstd2(const Row& a, int Ha, const Row& b, int Hb, float eps) {
+    const float2 s = row_sumsq2<N>(a, Ha, b, Hb);
+    return {1.0f / sqrtf(s.x / Ha + eps), 1.0f / sqrtf(s.y / Hb + eps)};
 }
 
 // out_row (T) = (x_row - mean) * rstd over one row; x_row may be fp32 (the residual stream).

@@ -1,6 +1,6 @@
 // rope.cuh: rotary position embedding fused with OLMo-2/3's QK-norm, the split of the qkv
 // projection and the KV-cache write.
-// defines: RopeParams, rope_qkv
+// defines: RopeParams, rope_qkv, qk_sumsq
 //
 // Input: the fused projection qkv [rows, (nH + 2 nKV) * hd] in X (T, or fp32: the engine passes
 // its fp32 GEMM output), each row = nH query heads, then nKV key heads, then nKV value heads.
@@ -25,6 +25,9 @@
 // threads take runs of (head, d) pairs. cos/sin use the precise sincosf (not __sinf), so fp32
 // results match the CPU to ~1e-6 even at positions ~64k, where the angle is tens of thousands of
 // radians. qkv may be an FP8 GEMM's output with its scales still pending (ScaledRow).
+// Tensor parallel (tensor_parallel.h): a rank holds some heads of q and k, and the QK-norm spans
+// them all; qk_sumsq gives each token's two partial sums of squares, the engine adds them over
+// the ranks, and rope_qkv takes the totals (sumsq) and the full widths instead of its own sums.
 // Positions and rows are read on the device so that a CUDA graph captured once replays decode
 // steps at new positions. The kernel lets the next kernel in the stream launch as soon as it
 // starts (allow_dependent_launch: the decode attention kernel does its set-up, then waits for us).
@@ -54,6 +57,8 @@ template <typename T, typename X = T> struct RopeParams {
     X* normed = nullptr;     // if set (the engine's tensor hooks): the normalized q|k written back
                              // here, laid out as qkv (the engine passes qkv itself)
     PendingScale scale = {}; // the scales an FP8 GEMM left pending on qkv (fp8.h)
+    const float2* sumsq = nullptr;   // tensor parallel: [rows] the q and k parts' sums of squares over
+    int q_width = 0, k_width = 0;    // every rank's heads, and those full widths (the means' divisors)
 };
 
 // N: consecutive elements per thread (4 when the head size and the pointers allow Pack
@@ -81,7 +86,11 @@ template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_k
     grid_dependency_wait();     // launched as a dependent of the product that writes qkv
     const ScaledRow<X, SCALED> x(p.qkv, r, Q + 2 * KV, p.scale);
     const bool norm = p.q_norm != nullptr;
-    const float2 rstd = norm ? rms_rstd2<N>(x, Q, x.from(Q), KV, p.eps) : float2{1.0f, 1.0f};
+    float2 rstd{1.0f, 1.0f};
+    if (norm && p.sumsq)   // every rank's sums, added
+        rstd = {1.0f / sqrtf(p.sumsq[r].x / p.q_width + p.eps), 1.0f / sqrtf(p.sumsq[r].y / p.k_width + p.eps)};
+    else if (norm)
+        rstd = rms_rstd2<N>(x, Q, x.from(Q), KV, p.eps);
     const float rstd_q = rstd.x, rstd_k = rstd.y;
     __syncthreads();   // the cos/sin table is complete
     for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < (p.n_heads + 2 * p.n_kv_heads) * half / N;
@@ -119,6 +128,27 @@ template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_k
         store_pack<N>(dst, lo);
         store_pack<N>(dst + half, hi);
     }
+}
+
+// sumsq[r] = (Σ q², Σ k²) over token r's q part [Q] and k part [KV] of qkv (one block per token).
+template <typename X, int N, bool SCALED>
+__global__ void qk_sumsq_kernel(float2* sumsq, const X* qkv, PendingScale scale, int Q, int KV) {
+    const ScaledRow<X, SCALED> x(qkv, blockIdx.x, Q + 2 * KV, scale);
+    const float2 s = row_sumsq2<N>(x, Q, x.from(Q), KV);
+    if (threadIdx.x == 0) sumsq[blockIdx.x] = s;
+}
+
+// sumsq [rows] of qkv [rows, Q + 2KV] (X: T or fp32, with the scales an FP8 GEMM left pending).
+template <typename X>
+void qk_sumsq(float2* sumsq, const X* qkv, PendingScale scale, int rows, int Q, int KV, cudaStream_t stream) {
+    if (rows == 0) return;
+    const bool packed = Q % 4 == 0 && KV % 4 == 0 && aligned(qkv, 4 * sizeof(X));
+    with_flag(scale.row != nullptr, [&](auto scaled) {
+        constexpr bool S = decltype(scaled)::value;
+        if (packed) qk_sumsq_kernel<X, 4, S><<<rows, 256, 0, stream>>>(sumsq, qkv, scale, Q, KV);
+        else qk_sumsq_kernel<X, 1, S><<<rows, 256, 0, stream>>>(sumsq, qkv, scale, Q, KV);
+    });
+    cudaCheckLaunch();
 }
 
 template <typename T, typename X> void rope_qkv(const RopeParams<T, X>& p, cudaStream_t stream) {

@@ -16,6 +16,15 @@
 //               OLMo-1: x = x + m           OLMo-2/3: x = x + RMSNorm_pf(m)
 //   logits = final_norm(x) · W_lmᵀ          (only the positions asked for; scoring: kScoreRows
 //                                            rows at a time, each reduced to log p(next token))
+//
+// Tensor parallelism, simulated (tp_ranks > 1, tensor_parallel.h): a layer's q|k|v, o, QK-norm
+// weights, gate|up and down are held as one shard per rank, each rank with its own KV pools of
+// kv_dim/n columns; the embedding, residual norms, final norm and output layer stay whole. Each
+// rank runs the attention of its heads and the MLP of its channels as a GPU of the split would,
+// and the engine adds what the GPUs all-reduce, in rank order: the QK-norm's sums of squares
+// and the o_proj and down_proj partial products [T, H]. A layer's parts (Part) are its ranks'
+// shards, or one part of full tensors when not split: the same calls then run on it as before
+// (bit for bit), the QK-norm being cpu::rmsnorm's.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,6 +34,7 @@
 #include "cpu_ops.h"
 #include "engine.h"
 #include "memory_check.h"
+#include "tensor_parallel.h"
 
 namespace olmo {
 
@@ -44,27 +54,62 @@ template <typename U> struct NoInit {
 };
 using Weights = std::vector<float, NoInit<float>>;
 
-struct CpuLayer {
+// What one rank of a split layer holds (tensor_parallel.h): its shards of the split tensors and
+// its own KV pools; the unsplit engine has one part holding the full tensors. The shapes below
+// are in the part's heads and channels: nH/n, nKV/n and I/n for rank r of n (tp_shard_config).
+struct Part {
     Weights wqkv;                        // [(nH+2nKV)*hd, H]  q | k | v rows stacked
     Weights wo;                          // [H, nH*hd]
     Weights q_norm, k_norm;              // [nH*hd], [nKV*hd]          (OLMo-2/3)
-    Weights post_attn_norm, post_ff_norm;  // [H]                      (OLMo-2/3)
     Weights wgu;                         // [2I, H]  gate | up rows stacked
     Weights wdown;                       // [H, I]
     std::vector<float> k_pool, v_pool;   // [blocks * block_size, nKV*hd]  paged KV cache
+};
+
+// The member of Part holding engine tensor p, or null for the tensors that are not split.
+Weights Part::*split_member(Param p) {
+    switch (p) {
+        case Param::Wqkv: return &Part::wqkv;
+        case Param::Wo: return &Part::wo;
+        case Param::QNorm: return &Part::q_norm;
+        case Param::KNorm: return &Part::k_norm;
+        case Param::Wgu: return &Part::wgu;
+        case Param::Wdown: return &Part::wdown;
+        default: return nullptr;
+    }
+}
+
+struct CpuLayer {
+    std::vector<Part> parts;             // one per rank (one when not split)
+    Weights post_attn_norm, post_ff_norm;  // [H]                      (OLMo-2/3)
     int kind = 0;                        // KvCache::kFull or kSliding
     std::vector<float> inv_freq;         // [hd/2]
     float rope_scale = 1.0f;             // YaRN attention factor
     int window = 0;
 };
 
+// One part's activations in a pass over T tokens (shapes of the part's heads and channels).
+struct PartActs {
+    std::vector<float> qkv, q, k, v;     // fused projection [T, Q+2KV]; q [T, Q], k, v [T, KV]
+    std::vector<float> att;              // attention output [T, Q]
+    std::vector<float> gu, a;            // gate | up [T, 2I], swiglu [T, I]
+    PartActs(const ModelConfig& s, int T)
+        : qkv((size_t)T * (s.q_dim() + 2 * s.kv_dim())), q((size_t)T * s.q_dim()), k((size_t)T * s.kv_dim()),
+          v((size_t)T * s.kv_dim()), att((size_t)T * s.q_dim()), gu((size_t)T * 2 * s.intermediate),
+          a((size_t)T * s.intermediate) {}
+};
+using Acts = std::vector<PartActs>;
+using ActsMember = std::vector<float> PartActs::*;
+
 class CpuEngine : public Engine {
 public:
-    CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks, LoadProgress* progress)
-        : c_(c) {
+    CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks, LoadProgress* progress,
+              int tp_ranks)
+        : c_(c), s_(tp_shard_config(c, tp_ranks)) {   // fails first if tp_ranks cannot split c
         check_fits_cpu(c, max_seq, kv_blocks);   // before any tensor is read
         init_kv(c, max_seq, kv_blocks);
         layers_.resize(c.n_layers);
+        for (CpuLayer& L : layers_) L.parts.resize(1);   // the full tensors, until shard_layers
         // The weights: each engine tensor the table names is sized once, then filled in place.
         const std::vector<WeightSlot> table = weight_table(c, &ck);
         std::vector<float*> dst;
@@ -74,12 +119,15 @@ public:
             dst.push_back(w.data() + s.offset());
         }
         load_f32(ck, table, dst, progress);
+        if (tp_ranks > 1) shard_layers(tp_ranks);
         for (int i = 0; i < c.n_layers; i++) {
             CpuLayer& L = layers_[i];
             L.kind = c.layer_sliding[i] ? KvCache::kSliding : KvCache::kFull;
             const size_t rows = (size_t)kv_->total_blocks(L.kind) * kv_->block_size();
-            L.k_pool.assign(rows * c.kv_dim(), 0.0f);
-            L.v_pool.assign(rows * c.kv_dim(), 0.0f);
+            for (Part& P : L.parts) {
+                P.k_pool.assign(rows * s_.kv_dim(), 0.0f);
+                P.v_pool.assign(rows * s_.kv_dim(), 0.0f);
+            }
             L.inv_freq = c.rope(i).inv_freq(c.head_dim);
             L.rope_scale = c.rope(i).attention_factor;
             L.window = c.window(i);
@@ -91,10 +139,12 @@ public:
     MemoryUse memory() const override {
         MemoryUse m;
         size_t w = embed_.size() + lm_head_.size() + final_norm_.size(), kv = 0;
-        for (const auto& L : layers_) {
-            w += L.wqkv.size() + L.wo.size() + L.q_norm.size() + L.k_norm.size() + L.post_attn_norm.size() +
-                 L.post_ff_norm.size() + L.wgu.size() + L.wdown.size();
-            kv += L.k_pool.size() + L.v_pool.size();
+        for (const CpuLayer& L : layers_) {
+            w += L.post_attn_norm.size() + L.post_ff_norm.size();
+            for (const Part& P : L.parts) {
+                for (Param p : kTpSplit) w += (P.*split_member(p)).size();
+                kv += P.k_pool.size() + P.v_pool.size();
+            }
         }
         m.weights = w * sizeof(float);
         m.weight_format = "fp32";
@@ -134,32 +184,45 @@ protected:
     }
 
     void copy_block(int kind, int src, int dst) override {
-        const size_t n = (size_t)kv_->block_size() * c_.kv_dim();
+        const size_t n = (size_t)kv_->block_size() * s_.kv_dim();
         for (CpuLayer& L : layers_)
-            if (L.kind == kind) {
-                std::copy_n(L.k_pool.begin() + src * n, n, L.k_pool.begin() + dst * n);
-                std::copy_n(L.v_pool.begin() + src * n, n, L.v_pool.begin() + dst * n);
-            }
+            if (L.kind == kind)
+                for (Part& P : L.parts) {   // every rank's pools
+                    std::copy_n(P.k_pool.begin() + src * n, n, P.k_pool.begin() + dst * n);
+                    std::copy_n(P.v_pool.begin() + src * n, n, P.v_pool.begin() + dst * n);
+                }
     }
 
 private:
-    // The engine tensor p (of `layer`, for per-layer tensors).
+    // The engine tensor p (of `layer`, for per-layer tensors); split tensors: the full one, in
+    // the layer's first part, before shard_layers.
     Weights& tensor(Param p, int layer) {
-        CpuLayer* L = layer >= 0 ? &layers_[layer] : nullptr;
+        if (Weights Part::*m = split_member(p)) return layers_[layer].parts[0].*m;
         switch (p) {
             case Param::Embed: return embed_;
             case Param::LmHead: return lm_head_;
             case Param::FinalNorm: return final_norm_;
-            case Param::Wqkv: return L->wqkv;
-            case Param::Wo: return L->wo;
-            case Param::QNorm: return L->q_norm;
-            case Param::KNorm: return L->k_norm;
-            case Param::AttnNorm: return L->post_attn_norm;
-            case Param::FfNorm: return L->post_ff_norm;
-            case Param::Wgu: return L->wgu;
-            case Param::Wdown: return L->wdown;
+            case Param::AttnNorm: return layers_[layer].post_attn_norm;
+            case Param::FfNorm: return layers_[layer].post_ff_norm;
+            default: break;
         }
         fail("unknown engine tensor");
+    }
+
+    // Replaces each layer's one part of full tensors by `ranks` parts, rank r's holding its shard
+    // of each split tensor (tp_shard); the full tensors are freed layer by layer.
+    void shard_layers(int ranks) {
+        for (CpuLayer& L : layers_) {
+            std::vector<Part> shards(ranks);
+            for (int r = 0; r < ranks; r++)
+                for (Param p : kTpSplit) {
+                    const Weights& full = L.parts[0].*split_member(p);
+                    if (full.empty()) continue;   // OLMo-1 has no QK-norm weights
+                    const std::vector<float> shard = tp_shard(full.data(), c_, p, r, ranks);
+                    (shards[r].*split_member(p)).assign(shard.begin(), shard.end());
+                }
+            L.parts = std::move(shards);
+        }
     }
 
     // The forward pass of `ids` appended to `seq` (its cache rows are reserved); returns the
@@ -188,22 +251,14 @@ private:
     // The decoder layers over `ids` appended to `seq`: returns the residual stream x [T, H]
     // after the last layer.
     std::vector<float> layers(int seq, const std::vector<int>& ids) {
-        const int T = ids.size(), H = c_.hidden, I = c_.intermediate, hd = c_.head_dim;
-        const int nH = c_.n_heads, nKV = c_.n_kv_heads, Q = c_.q_dim(), KV = c_.kv_dim(), QKV = Q + 2 * KV;
-        const int pos0 = kv_->len(seq);
+        const int T = ids.size(), H = c_.hidden;
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
 
         std::vector<float> x((size_t)T * H);          // residual stream     [T, H]
         std::vector<float> xn((size_t)T * H);         // normed input        [T, H]   (OLMo-1)
-        std::vector<float> qkv((size_t)T * QKV);      // fused projection    [T, Q+2KV]
-        std::vector<float> q((size_t)T * Q);          // queries             [T, nH*hd]
-        std::vector<float> k((size_t)T * KV);         // new keys            [T, nKV*hd]
-        std::vector<float> v((size_t)T * KV);         // new values          [T, nKV*hd]
-        std::vector<float> att((size_t)T * Q);        // attention output    [T, nH*hd]
         std::vector<float> o((size_t)T * H);          // o_proj / MLP output [T, H]
-        std::vector<float> gu((size_t)T * 2 * I);     // gate | up           [T, 2I]
-        std::vector<float> a((size_t)T * I);          // swiglu              [T, I]
+        Acts acts(layers_[0].parts.size(), PartActs(s_, T));   // each part's q, k, v, ...
 
         cpu::embedding(x.data(), embed_.data(), ids.data(), T, H);
         emit("embed", x.data(), T, H);
@@ -213,33 +268,7 @@ private:
 
             // --- attention half ---
             if (olmo1) cpu::layernorm(xn.data(), x.data(), T, H, eps);
-            cpu::matmul(qkv.data(), olmo1 ? xn.data() : x.data(), L.wqkv.data(), T, H, QKV);
-            split_qkv(qkv.data(), q.data(), k.data(), v.data(), T, Q, KV);
-            if (olmo1 && c_.clip_qkv > 0) {
-                cpu::clip(q.data(), (int64_t)T * Q, c_.clip_qkv);
-                cpu::clip(k.data(), (int64_t)T * KV, c_.clip_qkv);
-                cpu::clip(v.data(), (int64_t)T * KV, c_.clip_qkv);
-            }
-            if (!olmo1) {
-                cpu::rmsnorm(q.data(), q.data(), L.q_norm.data(), T, Q, eps);
-                cpu::rmsnorm(k.data(), k.data(), L.k_norm.data(), T, KV, eps);
-            }
-            emit(n + "q", q.data(), T, Q);
-            emit(n + "k", k.data(), T, KV);
-            emit(n + "v", v.data(), T, KV);
-            cpu::rope(q.data(), T, nH, hd, pos0, L.inv_freq.data(), L.rope_scale);
-            cpu::rope(k.data(), T, nKV, hd, pos0, L.inv_freq.data(), L.rope_scale);
-            emit(n + "q_rope", q.data(), T, Q);
-            emit(n + "k_rope", k.data(), T, KV);
-            for (int t = 0; t < T; t++) {                 // k, v -> this sequence's cache rows
-                const size_t r = kv_->row(seq, L.kind, pos0 + t);
-                std::copy_n(k.begin() + (size_t)t * KV, KV, L.k_pool.begin() + r * KV);
-                std::copy_n(v.begin() + (size_t)t * KV, KV, L.v_pool.begin() + r * KV);
-            }
-            cpu::attention(att.data(), q.data(), L.k_pool.data(), L.v_pool.data(), T, pos0, nH, nKV, hd, L.window,
-                           1.0f / std::sqrt((float)hd), kv_->table(seq, L.kind).data(), kv_->block_size());
-            emit(n + "attn", att.data(), T, Q);
-            cpu::matmul(o.data(), att.data(), L.wo.data(), T, Q, H);
+            attention(L, n, seq, olmo1 ? xn.data() : x.data(), T, acts, o.data());
             emit(n + "o_proj", o.data(), T, H);
             if (!olmo1) cpu::rmsnorm(o.data(), o.data(), L.post_attn_norm.data(), T, H, eps);
             add(x.data(), o.data(), (size_t)T * H);
@@ -247,9 +276,7 @@ private:
 
             // --- MLP half ---
             if (olmo1) cpu::layernorm(xn.data(), x.data(), T, H, eps);
-            cpu::matmul(gu.data(), olmo1 ? xn.data() : x.data(), L.wgu.data(), T, H, 2 * I);
-            cpu::swiglu(a.data(), gu.data(), T, I);
-            cpu::matmul(o.data(), a.data(), L.wdown.data(), T, I, H);
+            mlp(L, olmo1 ? xn.data() : x.data(), T, acts, o.data());
             emit(n + "mlp", o.data(), T, H);
             if (!olmo1) cpu::rmsnorm(o.data(), o.data(), L.post_ff_norm.data(), T, H, eps);
             add(x.data(), o.data(), (size_t)T * H);
@@ -257,6 +284,119 @@ private:
         }
 
         return x;
+    }
+
+    // The attention of layer L (names prefixed `n`) over the T new tokens of `seq`, from `in`
+    // [T, H]: each part runs its heads; o [T, H] = the o_proj output, summed over the parts.
+    void attention(CpuLayer& L, const std::string& n, int seq, const float* in, int T, Acts& acts, float* o) {
+        const int hd = c_.head_dim, Q = s_.q_dim(), KV = s_.kv_dim(), pos0 = kv_->len(seq);
+        for (size_t r = 0; r < acts.size(); r++) project_qkv(L.parts[r], in, T, acts[r]);
+        if (c_.family != Family::Olmo1) qk_norm(L, T, acts);
+        emit_parts(n + "q", acts, &PartActs::q, T, Q);
+        emit_parts(n + "k", acts, &PartActs::k, T, KV);
+        emit_parts(n + "v", acts, &PartActs::v, T, KV);
+        for (PartActs& a : acts) {
+            cpu::rope(a.q.data(), T, s_.n_heads, hd, pos0, L.inv_freq.data(), L.rope_scale);
+            cpu::rope(a.k.data(), T, s_.n_kv_heads, hd, pos0, L.inv_freq.data(), L.rope_scale);
+        }
+        emit_parts(n + "q_rope", acts, &PartActs::q, T, Q);
+        emit_parts(n + "k_rope", acts, &PartActs::k, T, KV);
+        for (size_t r = 0; r < acts.size(); r++) {
+            Part& P = L.parts[r];
+            PartActs& a = acts[r];
+            for (int t = 0; t < T; t++) {                 // k, v -> this sequence's cache rows
+                const size_t row = kv_->row(seq, L.kind, pos0 + t);
+                std::copy_n(a.k.begin() + (size_t)t * KV, KV, P.k_pool.begin() + row * KV);
+                std::copy_n(a.v.begin() + (size_t)t * KV, KV, P.v_pool.begin() + row * KV);
+            }
+            cpu::attention(a.att.data(), a.q.data(), P.k_pool.data(), P.v_pool.data(), T, pos0, s_.n_heads,
+                           s_.n_kv_heads, hd, L.window, 1.0f / std::sqrt((float)hd), kv_->table(seq, L.kind).data(),
+                           kv_->block_size());
+        }
+        emit_parts(n + "attn", acts, &PartActs::att, T, Q);
+        row_parallel(o, acts, &PartActs::att, L, &Part::wo, T, Q, c_.hidden);
+    }
+
+    // The part's qkv = in · Wqkvᵀ [T, Q+2KV], split into its q, k, v (OLMo-1: clipped).
+    void project_qkv(const Part& P, const float* in, int T, PartActs& a) {
+        const int Q = s_.q_dim(), KV = s_.kv_dim();
+        cpu::matmul(a.qkv.data(), in, P.wqkv.data(), T, c_.hidden, Q + 2 * KV);
+        split_qkv(a.qkv.data(), a.q.data(), a.k.data(), a.v.data(), T, Q, KV);
+        if (c_.family == Family::Olmo1 && c_.clip_qkv > 0) {
+            cpu::clip(a.q.data(), (int64_t)T * Q, c_.clip_qkv);
+            cpu::clip(a.k.data(), (int64_t)T * KV, c_.clip_qkv);
+            cpu::clip(a.v.data(), (int64_t)T * KV, c_.clip_qkv);
+        }
+    }
+
+    // OLMo-2/3 QK-norm: RMSNorm of q over its full width Q and of k over KV, in place.
+    void qk_norm(const CpuLayer& L, int T, Acts& acts) {
+        if (acts.size() == 1) {   // not split
+            cpu::rmsnorm(acts[0].q.data(), acts[0].q.data(), L.parts[0].q_norm.data(), T, s_.q_dim(), c_.norm_eps);
+            cpu::rmsnorm(acts[0].k.data(), acts[0].k.data(), L.parts[0].k_norm.data(), T, s_.kv_dim(), c_.norm_eps);
+            return;
+        }
+        split_rmsnorm(acts, &PartActs::q, L, &Part::q_norm, T, s_.q_dim());
+        split_rmsnorm(acts, &PartActs::k, L, &Part::k_norm, T, s_.kv_dim());
+    }
+
+    // RMSNorm of rows spread over the ranks, each holding `cols` columns of every row (member x of
+    // its activations, its weights member w): each rank's sum of squares per row, the sums added
+    // in rank order (the all-reduce), then x_r = w_r * (x_r * rstd) as in cpu::rmsnorm.
+    void split_rmsnorm(Acts& acts, ActsMember x, const CpuLayer& L, Weights Part::*w, int T, int cols) {
+        const int width = cols * (int)acts.size();
+        for (int t = 0; t < T; t++) {
+            float ss = 0.0f;
+            for (const PartActs& a : acts) {
+                const float* xr = (a.*x).data() + (size_t)t * cols;
+                float part = 0.0f;
+                for (int i = 0; i < cols; i++) part += xr[i] * xr[i];
+                ss += part;
+            }
+            const float rstd = 1.0f / std::sqrt(ss / width + c_.norm_eps);
+            for (size_t r = 0; r < acts.size(); r++) {
+                float* xr = (acts[r].*x).data() + (size_t)t * cols;
+                const float* wr = (L.parts[r].*w).data();
+                for (int i = 0; i < cols; i++) xr[i] = wr[i] * (xr[i] * rstd);
+            }
+        }
+    }
+
+    // The MLP of layer L on `in` [T, H]: each part's gate | up channels and swiglu; out [T, H] =
+    // the down_proj output, summed over the parts.
+    void mlp(const CpuLayer& L, const float* in, int T, Acts& acts, float* out) {
+        const int I = s_.intermediate;
+        for (size_t r = 0; r < acts.size(); r++) {
+            cpu::matmul(acts[r].gu.data(), in, L.parts[r].wgu.data(), T, c_.hidden, 2 * I);
+            cpu::swiglu(acts[r].a.data(), acts[r].gu.data(), T, I);
+        }
+        row_parallel(out, acts, &PartActs::a, L, &Part::wdown, T, I, c_.hidden);
+    }
+
+    // y [T, N] = Σ_r x_r · W_rᵀ with x_r [T, K] member x of part r's activations and W_r [N, K]
+    // member w of part r, the partial products added in rank order (the all-reduce of the row
+    // parallel o_proj and down_proj). One part: y = x · Wᵀ.
+    static void row_parallel(float* y, const Acts& acts, ActsMember x, const CpuLayer& L, Weights Part::*w, int T,
+                             int K, int N) {
+        cpu::matmul(y, (acts[0].*x).data(), (L.parts[0].*w).data(), T, K, N);
+        std::vector<float> partial(acts.size() > 1 ? (size_t)T * N : 0);
+        for (size_t r = 1; r < acts.size(); r++) {
+            cpu::matmul(partial.data(), (acts[r].*x).data(), (L.parts[r].*w).data(), T, K, N);
+            add(y, partial.data(), partial.size());
+        }
+    }
+
+    // Emits member m [T, cols] of each part's activations as one tensor [T, parts·cols], part r
+    // in columns r·cols..: the parts hold consecutive heads, so this is the unsplit layout.
+    void emit_parts(const std::string& name, const Acts& acts, ActsMember m, int T, int cols) {
+        if (!hook) return;
+        if (acts.size() == 1) return emit(name, (acts[0].*m).data(), T, cols);
+        const size_t width = acts.size() * cols;
+        std::vector<float> full(T * width);
+        for (int t = 0; t < T; t++)
+            for (size_t r = 0; r < acts.size(); r++)
+                std::copy_n((acts[r].*m).begin() + (size_t)t * cols, cols, full.begin() + t * width + r * cols);
+        emit(name, full.data(), T, width);
     }
 
     // qkv [T, Q+2KV] -> q [T, Q], k [T, KV], v [T, KV].
@@ -276,6 +416,7 @@ private:
     }
 
     ModelConfig c_;
+    ModelConfig s_;                          // the model one part runs (c_ when not split)
     Weights embed_, lm_head_, final_norm_;   // lm_head_ empty: the embedding is the output layer
     std::vector<CpuLayer> layers_;
 };
@@ -283,8 +424,8 @@ private:
 }  // namespace
 
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks,
-                                        LoadProgress* progress) {
-    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks, progress);
+                                        LoadProgress* progress, int tp_ranks) {
+    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks, progress, tp_ranks);
 }
 
 }  // namespace olmo

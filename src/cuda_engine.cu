@@ -18,11 +18,18 @@
 // ids, positions, block tables: step_meta.h) live in device memory, refreshed by one copy
 // before each replay.
 #include <cublas_v2.h>
+#include <nccl.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <thread>
 
 #include "attention.cuh"
 #include "common.h"
@@ -38,6 +45,7 @@
 #include "rope.cuh"
 #include "sampling.cuh"
 #include "step_meta.h"
+#include "tensor_parallel.h"
 
 namespace olmo {
 
@@ -65,16 +73,34 @@ struct LayerCache {
     int kind;         // KvCache::kFull or kSliding: which block tables address its pools
 };
 
+#define ncclCheck(call)                                                                                            \
+    do {                                                                                                           \
+        const ncclResult_t r_ = (call);                                                                            \
+        if (r_ != ncclSuccess) fail(std::string(__FILE__ ":") + std::to_string(__LINE__) + ": " #call ": " + ncclGetErrorString(r_)); \
+    } while (0)
+
+// A tensor-parallel rank's link to the others (tensor_parallel.h): its shard, its NCCL
+// communicator, and the block tables, which the TpEngine driving the ranks keeps for them all.
+struct TpRank : TpShard {
+    ncclComm_t comm = nullptr;
+    const KvCache* kv = nullptr;
+};
+
+template <typename T, typename G> class TpEngine;
+
 template <typename T, typename G>
 class CudaEngine : public Engine {
+    friend class TpEngine<T, G>;
 public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
     // max_chunk: the most rows a prefill runs at once (0: choose_chunk).
+    // tp: with tp.ranks > 1, c is this rank's shard of tp.full, and a TpEngine drives it.
     CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
-               LoadProgress* progress, int max_chunk)
-        : c_(c), max_batch_(max_batch), w_(c, ck, fp8) {
+               LoadProgress* progress, int max_chunk, const TpRank& tp = {})
+        : c_(c), max_batch_(max_batch), w_(c, ck, fp8, tp), tp_(tp) {
         init_kv(c, max_seq, kv_blocks);
-        stride_ = (max_seq_ + kv_->block_size() - 1) / kv_->block_size() + 1;
+        kv_src_ = tp.ranks > 1 ? tp.kv : kv_.get();
+        stride_ = (max_seq_ + kv_src_->block_size() - 1) / kv_src_->block_size() + 1;
         layers_.resize(c.n_layers);
         chunk_ = max_chunk > 0 ? std::min(max_seq_, max_chunk) : choose_chunk();
         meta_.reserve(std::max(chunk_, max_batch_), max_batch_, stride_);
@@ -111,6 +137,9 @@ public:
     // prompt's chunks get one layer's products here.
     void warm_up(const WarmUp& w) override {
         rehearse(w);
+        warm_products(w);
+    }
+    void warm_products(const WarmUp& w) {
         const int n = w.prompt_len;
         for (int rows : {std::min(n, chunk_), n > chunk_ ? n % chunk_ : 0})
             if (rows > 0) rehearse_products(rows);
@@ -130,13 +159,13 @@ protected:
     // One sequence, any number of tokens: chunks of at most chunk_ tokens, run eagerly.
     void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,
                       uint64_t step) override {
-        const int pos0 = kv_->len(seq);
+        const int pos0 = kv_src_->len(seq);
         for (size_t done = 0; done < ids.size();) {
             const int n = (int)std::min(ids.size() - done, (size_t)chunk_);
             const bool last = done + n == ids.size();
             std::vector<int> pos(n);
             for (int r = 0; r < n; r++) pos[r] = pos0 + (int)done + r;
-            meta_.upload(*kv_, std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {step},
+            meta_.upload(*kv_src_, std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {step},
                          stream_);
             forward_rows(n, /*batch=*/1, /*prefill=*/true, last ? Out::Logits : Out::CacheOnly);
             if (last && id) draw({s});
@@ -154,8 +183,8 @@ protected:
             fail("decode: " + std::to_string(B) + " sequences in one step, the engine was built for at most " +
                  std::to_string(max_batch_));
         std::vector<int> pos(B);
-        for (int b = 0; b < B; b++) pos[b] = kv_->len(seqs[b]);
-        meta_.upload(*kv_, ids, pos, seqs, steps, stream_);
+        for (int b = 0; b < B; b++) pos[b] = kv_src_->len(seqs[b]);
+        meta_.upload(*kv_src_, ids, pos, seqs, steps, stream_);
         const std::vector<SamplingParams> draws = ids_out ? s : std::vector<SamplingParams>{};   // none: logits only
         graphs_.launch(B, draws, stream_, [&] {
             forward_rows(B, B, /*prefill=*/false);
@@ -167,7 +196,7 @@ protected:
     // A prefill in chunks of at most chunk_ rows whose every row is scored against the next id:
     // only the log-probabilities [n-1] leave the device.
     void score_impl(int seq, const std::vector<int>& ids, float* logprobs) override {
-        const int pos0 = kv_->len(seq);
+        const int pos0 = kv_src_->len(seq);
         for (size_t done = 0; done < ids.size();) {
             const int n = (int)std::min(ids.size() - done, (size_t)chunk_);
             std::vector<int> pos(n), target(n);
@@ -175,19 +204,20 @@ protected:
                 pos[r] = pos0 + (int)done + r;
                 target[r] = done + r + 1 < ids.size() ? ids[done + r + 1] : -1;   // the last row has none
             }
-            meta_.upload(*kv_, std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {0},
+            meta_.upload(*kv_src_, std::vector<int>(ids.begin() + done, ids.begin() + done + n), pos, {seq}, {0},
                          stream_);
             cudaCheck(cudaMemcpyAsync(targets_, target.data(), sizeof(int) * n, cudaMemcpyHostToDevice, stream_));
             forward_rows(n, /*batch=*/1, /*prefill=*/true, Out::Scores);
             const size_t scored = std::min((size_t)n, ids.size() - 1 - done);
-            cudaCheck(cudaMemcpyAsync(logprobs + done, logprobs_, sizeof(float) * scored, cudaMemcpyDeviceToHost, stream_));
+            if (logprobs)   // (tensor parallel: rank 0's)
+                cudaCheck(cudaMemcpyAsync(logprobs + done, logprobs_, sizeof(float) * scored, cudaMemcpyDeviceToHost, stream_));
             cudaCheck(cudaStreamSynchronize(stream_));   // `target` is read before it goes
             done += n;
         }
     }
 
     void copy_block(int kind, int src, int dst) override {
-        const size_t n = (size_t)kv_->block_size() * c_.kv_dim();
+        const size_t n = (size_t)kv_src_->block_size() * c_.kv_dim();
         for (LayerCache<T>& L : layers_)
             if (L.kind == kind) {
                 cudaCheck(cudaMemcpyAsync(L.k_pool + dst * n, L.k_pool + src * n, n * sizeof(T), cudaMemcpyDeviceToDevice,
@@ -226,7 +256,7 @@ private:
         for (int l = 0; l < c_.n_layers; l++) {
             LayerCache<T>& L = layers_[l];
             L.kind = c_.layer_sliding[l] ? KvCache::kSliding : KvCache::kFull;
-            const size_t rows = (size_t)kv_->total_blocks(L.kind) * kv_->block_size();
+            const size_t rows = (size_t)kv_src_->total_blocks(L.kind) * kv_src_->block_size();
             L.k_pool = kv_arena_.take<T>(rows * KV);
             L.v_pool = kv_arena_.take<T>(rows * KV);
         }
@@ -251,6 +281,7 @@ private:
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
         meta_.place(b.take<int>(meta_.ints()));   // step metadata (step_meta.h), filled by one copy
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
+        if (tp_.ranks > 1) sumsq_ = b.take<float2>(std::max(chunk_, max_batch_));   // QK-norm sums [C]
         cublas_ws_ = b.take<char>(kCublasWorkspace);
     }
 
@@ -310,6 +341,18 @@ private:
             if (W.f8.q && rows <= kFp8GemvMaxRows) return fp8_gemv_swiglu(a, x, W.f8, rows, stream_);
         const PendingScale s = linear(gu_, x, W, rows);
         swiglu(a, gu_, rows, W.N / 2, stream_, s);
+    }
+
+    // Tensor parallel: x [n] (fp32) summed over the ranks, on every rank (in place).
+    void all_reduce(float* x, size_t n) {
+        ncclCheck(ncclAllReduce(x, x, n, ncclFloat, ncclSum, tp_.comm, stream_));
+    }
+    // A row-parallel product's output y [rows, cols], a partial sum on each rank: its scales
+    // applied (they differ between ranks), then summed. One GPU: nothing to do.
+    void all_reduce_partial(float* y, PendingScale& s, int rows, int cols) {
+        if (tp_.ranks == 1) return;
+        settle(y, s, rows, cols);
+        all_reduce(y, (size_t)rows * cols);
     }
 
     // The same in T with cuBLAS. In its column-major terms: yᵀ (N x rows) = W (op T of the
@@ -404,7 +447,7 @@ private:
             const LayerCache<T>& L = layers_[l];
             const std::string name = "layers." + std::to_string(l) + ".";
             // --- attention half ---
-            PendingScale s_qkv = linear(qkv_, xn_, W.wqkv, n);                  // [n, Q+2KV]
+            PendingScale s_qkv = linear(qkv_, xn_, W.wqkv, n);                  // [n, Q+2KV] (tp: this rank's heads)
             if (olmo1 && c_.clip_qkv > 0) {                                      // clips the final values
                 settle(qkv_, s_qkv, n, QKV);
                 clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
@@ -413,6 +456,11 @@ private:
                                 L.inv_freq, L.rope_scale};
             rp.scale = s_qkv;
             if (!olmo1) rp.q_norm = W.q_norm, rp.k_norm = W.k_norm, rp.eps = eps;   // full-width QK-norm
+            if (!olmo1 && tp_.ranks > 1) {                                       // its sums span every rank
+                qk_sumsq(sumsq_, qkv_, s_qkv, n, Q, KV, stream_);
+                all_reduce(&sumsq_->x, 2 * (size_t)n);
+                rp.sumsq = sumsq_, rp.q_width = Q * tp_.ranks, rp.k_width = KV * tp_.ranks;
+            }
             if (hook) rp.normed = qkv_;                                          // (the hook reads it there)
             rope_qkv(rp, stream_);                                               // q -> q_, k/v -> pool rows
             emit(name + "q", qkv_, n, Q, QKV);
@@ -432,25 +480,28 @@ private:
             ap.n_q = prefill ? m : 1, ap.pos0 = prune ? meta_.pos + r0 : meta_.pos0, ap.batch = batch;
             ap.nH = nH, ap.nKV = nKV, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
             ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
-            ap.block_size = kv_->block_size();
+            ap.block_size = kv_src_->block_size();
             if (prefill && m > 1) attention_prefill(ap, stream_);
             else attention_decode(ap, attn_ws_, stream_);   // one row per sequence: splits of its keys fill the GPU
             emit(name + "attn", att_, n, Q, Q);
             float *x = x_ + r0 * H, *o = o_ + r0 * H;
             T *xn = xn_ + r0 * H, *a = a_ + r0 * c_.intermediate;
-            const PendingScale s_o = linear(o, ap.out, W.wo, m);                 // [m, H]
+            PendingScale s_o = linear(o, ap.out, W.wo, m);                       // [m, H] (tp: a partial sum)
+            all_reduce_partial(o, s_o, m, H);
             emit(name + "o_proj", o_, n, H, H);
             if (olmo1) add_layernorm(x, o, xn, m, H, eps, stream_, s_o);         // x += o; xn = LN(x)
             else add_rmsnorm(x, o, W.attn_norm, xn, m, H, eps, stream_, s_o);    // x += RMSNorm(o); xn = x
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
             gate_up_swiglu(a, xn, W.wgu, m);                                     // [m, I]
-            const PendingScale s_down = linear(o, a, W.wdown, m);                // [m, H]
+            PendingScale s_down = linear(o, a, W.wdown, m);                      // [m, H] (tp: a partial sum)
+            all_reduce_partial(o, s_down, m, H);
             emit(name + "mlp", o_, n, H, H);
             if (olmo1) add_layernorm(x, o, xn, m, H, eps, stream_, s_down);     // also the next layer's LN
             else add_rmsnorm(x, o, W.ff_norm, xn, m, H, eps, stream_, s_down);
             emit(name + "out", x_, n, H, H);
         }
+        if (tp_.rank > 0) return;   // tensor parallel: rank 0 alone makes the logits (every rank has x)
         // Final norm and logits of each sequence's last row (prefill: row n-1; decode: all rows),
         // and of every row when a hook wants them.
         const bool score = out == Out::Scores;
@@ -502,6 +553,157 @@ private:
     char *attn_ws_, *cublas_ws_;
     int* host_ids_ = nullptr;    // pinned: sampled ids coming back
     DecodeGraphs graphs_;
+    TpRank tp_;                           // tensor parallel (ranks > 1): this rank
+    const KvCache* kv_src_ = nullptr;     // the block tables: kv_, or the TpEngine's
+    float2* sumsq_ = nullptr;             // tensor parallel: the QK-norm's sums of squares [C]
+};
+
+// One thread per GPU: run(f) calls f(rank) on every rank's thread (its device current) at once
+// and returns when all have; the first exception is rethrown. Each rank's launches and NCCL
+// calls come from its own thread, so the ranks' collectives meet without NCCL groups.
+class RankThreads {
+public:
+    explicit RankThreads(int n) : errors_(n) {
+        for (int r = 0; r < n; r++) threads_.emplace_back([this, r] { serve(r); });
+    }
+    ~RankThreads() {
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            stop_ = true;
+        }
+        start_.notify_all();
+        for (std::thread& t : threads_) t.join();
+    }
+    void run(const std::function<void(int)>& f) {
+        std::unique_lock<std::mutex> lock(m_);
+        job_ = &f, pending_ = (int)threads_.size(), generation_++;
+        start_.notify_all();
+        done_.wait(lock, [&] { return pending_ == 0; });
+        for (std::exception_ptr& e : errors_)
+            if (e) std::rethrow_exception(std::exchange(e, nullptr));
+    }
+
+private:
+    void serve(int rank) {
+        uint64_t seen = 0;
+        std::unique_lock<std::mutex> lock(m_);
+        for (;;) {
+            start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+            if (stop_) return;
+            seen = generation_;
+            lock.unlock();
+            try {
+                cudaCheck(cudaSetDevice(rank));
+                (*job_)(rank);
+            } catch (...) {
+                errors_[rank] = std::current_exception();
+            }
+            lock.lock();
+            if (--pending_ == 0) done_.notify_all();
+        }
+    }
+    std::vector<std::thread> threads_;
+    std::vector<std::exception_ptr> errors_;
+    std::mutex m_;
+    std::condition_variable start_, done_;
+    const std::function<void(int)>* job_ = nullptr;
+    uint64_t generation_ = 0;
+    int pending_ = 0;
+    bool stop_ = false;
+};
+
+// Tensor parallel over GPUs 0 .. n-1 (tensor_parallel.h): one CudaEngine per GPU on its shard,
+// driven in step. This engine keeps the sequences' block tables (every rank's pools have the
+// same blocks), hands each call to every rank at once, and returns rank 0's logits or ids. The
+// ranks add their partial sums with NCCL all-reduces inside their forward passes (captured in
+// their decode graphs too).
+template <typename T, typename G>
+class TpEngine : public Engine {
+public:
+    TpEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
+             LoadProgress* progress, int max_chunk, int n)
+        : c_(c), threads_(n), comms_(n), ranks_(n) {
+        init_kv(c, max_seq, kv_blocks);
+        setenv("NCCL_NVLS_ENABLE", "0", 0);       // no NVLink multicast
+        setenv("NCCL_RUNTIME_CONNECT", "0", 0);   // connect at init, not inside a graph capture
+        std::vector<int> devices(n);
+        std::iota(devices.begin(), devices.end(), 0);
+        ncclCheck(ncclCommInitAll(comms_.data(), n, devices.data()));
+        const ModelConfig shard = tp_shard_config(c, n);
+        threads_.run([&](int r) {
+            TpRank tp;
+            tp.rank = r, tp.ranks = n, tp.full = c, tp.comm = comms_[r], tp.kv = kv_.get();
+            ranks_[r] = std::make_unique<CudaEngine<T, G>>(shard, ck, max_seq, kv_blocks, max_batch, fp8,
+                                                           r == 0 ? progress : nullptr, max_chunk, tp);
+        });
+        int chunk = INT32_MAX;   // every rank runs a prompt in the same chunks (their all-reduces meet)
+        for (auto& e : ranks_) chunk = std::min(chunk, e->chunk_);
+        for (auto& e : ranks_) e->chunk_ = chunk;
+    }
+    ~TpEngine() override {
+        ranks_.clear();
+        if (!broken_)
+            for (ncclComm_t comm : comms_) ncclCommDestroy(comm);
+    }
+
+    const ModelConfig& config() const override { return c_; }
+    int max_batch() const override { return ranks_[0]->max_batch(); }
+    void warm_up(const WarmUp& w) override {
+        rehearse(w);
+        on_every_rank([&](int r) { ranks_[r]->warm_products(w); });
+    }
+    MemoryUse memory() const override {
+        MemoryUse m;
+        for (const auto& e : ranks_) {
+            const MemoryUse u = e->memory();
+            m.weights += u.weights, m.kv_pool += u.kv_pool, m.other += u.other;
+        }
+        m.weight_format = ranks_[0]->memory().weight_format + ", split over " + std::to_string(ranks_.size()) +
+                          " GPUs (tensor parallel)";
+        return with_pool_use(m);
+    }
+
+protected:
+    void prefill_impl(int seq, const std::vector<int>& ids, float* logits, int* id, const SamplingParams& s,
+                      uint64_t step) override {
+        on_every_rank([&](int r) { ranks_[r]->prefill_impl(seq, ids, r ? nullptr : logits, r ? nullptr : id, s, step); });
+    }
+    void decode_impl(const std::vector<int>& seqs, const std::vector<int>& ids, float* logits, int* ids_out,
+                     const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) override {
+        on_every_rank([&](int r) { ranks_[r]->decode_impl(seqs, ids, r ? nullptr : logits, r ? nullptr : ids_out, s, steps); });
+    }
+    void score_impl(int seq, const std::vector<int>& ids, float* logprobs) override {
+        on_every_rank([&](int r) { ranks_[r]->score_impl(seq, ids, r ? nullptr : logprobs); });
+    }
+    void copy_block(int kind, int src, int dst) override {
+        on_every_rank([&](int r) { ranks_[r]->copy_block(kind, src, dst); });
+    }
+
+private:
+    // f(r) on every rank at once. A rank that fails would leave the others waiting for it in an
+    // all-reduce forever: its failure aborts every communicator (their waits end in errors), and
+    // the engine refuses further work.
+    void on_every_rank(const std::function<void(int)>& f) {
+        if (broken_) fail("the tensor-parallel engine stopped after an earlier error");
+        threads_.run([&](int r) {
+            try {
+                f(r);
+            } catch (...) {
+                std::call_once(abort_, [&] {
+                    broken_ = true;
+                    for (ncclComm_t comm : comms_) ncclCommAbort(comm);
+                });
+                throw;
+            }
+        });
+    }
+
+    ModelConfig c_;
+    std::once_flag abort_;
+    std::atomic<bool> broken_{false};
+    RankThreads threads_;
+    std::vector<ncclComm_t> comms_;
+    std::vector<std::unique_ptr<CudaEngine<T, G>>> ranks_;
 };
 
 }  // namespace
@@ -528,30 +730,42 @@ std::string cuda_unsupported_reason(const ModelConfig& c) {
     return attention_device_problem(c.head_dim);
 }
 
+int cuda_device_count() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+namespace {
+// One GPU's engine, or tp GPUs' (TpEngine).
+template <typename T, typename G>
+std::unique_ptr<Engine> build_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks,
+                                          int max_batch, bool fp8, LoadProgress* progress, int max_chunk, int tp) {
+    if (tp == 1) return std::make_unique<CudaEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk);
+    return std::make_unique<TpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, tp);
+}
+}  // namespace
+
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt,
-                                         int kv_blocks, int max_batch, LoadProgress* progress, int max_chunk) {
+                                         int kv_blocks, int max_batch, LoadProgress* progress, int max_chunk, int tp) {
     if (!cuda_available()) fail("no CUDA device available");
     if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
+    if (tp > 1 && tp > cuda_device_count())
+        fail("--tp " + std::to_string(tp) + ": this machine has " + std::to_string(cuda_device_count()) + " GPU(s)");
+    if (std::string why = tp_unsupported_reason(c, tp); !why.empty()) fail(why);
     switch (dt) {
-        case DeviceDType::F32:
-            return std::make_unique<CudaEngine<float, float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress,
-                                                                max_chunk);
-        case DeviceDType::F16:
-            return std::make_unique<CudaEngine<__half, float>>(c, ck, max_seq, kv_blocks, max_batch, false, progress,
-                                                                 max_chunk);
+        case DeviceDType::F32: return build_cuda_engine<float, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp);
+        case DeviceDType::F16: return build_cuda_engine<__half, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp);
         case DeviceDType::FP8: {
             cudaDeviceProp p;
             cudaCheck(cudaGetDeviceProperties(&p, 0));
             if (p.major * 10 + p.minor < 89)
                 fail("--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or newer); this GPU is " +
                      std::to_string(p.major) + "." + std::to_string(p.minor));
-            return std::make_unique<CudaEngine<__nv_bfloat16, float>>(c, ck, max_seq, kv_blocks, max_batch, true,
-                                                                       progress, max_chunk);
+            return build_cuda_engine<__nv_bfloat16, float>(c, ck, max_seq, kv_blocks, max_batch, true, progress, max_chunk, tp);
         }
         case DeviceDType::BF16: break;
     }
-    return std::make_unique<CudaEngine<__nv_bfloat16, __nv_bfloat16>>(c, ck, max_seq, kv_blocks, max_batch, false,
-                                                                       progress, max_chunk);
+    return build_cuda_engine<__nv_bfloat16, __nv_bfloat16>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp);
 }
 
 }  // namespace olmo

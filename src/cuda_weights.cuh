@@ -26,6 +26,7 @@
 #include "fp8.cuh"
 #include "fp8_checkpoint.h"
 #include "gpu_loader.h"
+#include "tensor_parallel.h"
 #include "weights.h"
 
 namespace olmo {
@@ -89,12 +90,20 @@ struct LayerWeights {
     Weight<T> wdown;  // [H, I]
 };
 
+// Which part of the model a GPU holds: rank `rank` of `ranks` (tensor_parallel.h), full being
+// the whole model; one rank: all of it.
+struct TpShard {
+    int rank = 0, ranks = 1;
+    ModelConfig full;
+};
+
 template <typename T>
 class GpuWeights {
 public:
     // Measures the arena; allocate() and load() come after the caller has checked it fits.
-    GpuWeights(const ModelConfig& c, const Checkpoint* ck, bool fp8)
-        : c_(c), fp8_(fp8), table_(weight_table(c, ck)) {
+    // c: the model this GPU runs (with tp.ranks > 1, its shard: tp_shard_config(tp.full)).
+    GpuWeights(const ModelConfig& c, const Checkpoint* ck, bool fp8, const TpShard& tp = {})
+        : c_(c), fp8_(fp8), tp_(tp), table_(weight_table(tp.ranks > 1 ? tp.full : c, ck)) {
         layers.resize(c.n_layers);
         carve();
     }
@@ -103,10 +112,17 @@ public:
     bool fp8() const { return fp8_; }
 
     // The staging buffer an FP8 load quantizes from: the largest group in T (0 without FP8).
+    // Tensor parallel: a whole layer's split tensors, and (FP8) room for one slice to quantize.
     size_t staging_bytes() const {
-        if (!fp8_) return 0;
         const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim();
-        return sizeof(T) * std::max((Q + 2 * KV) * H + H * Q + 3 * I * H, (size_t)c_.vocab * H);
+        const size_t group = (Q + 2 * KV) * H + H * Q + 3 * I * H, head = fp8_ ? (size_t)c_.vocab * H : 0;
+        if (tp_.ranks > 1) {
+            size_t layer = 0;
+            for (Param p : kTpSplit) layer += param_shape(tp_.full, p).numel();
+            const size_t slice = std::max({(Q + 2 * KV) * H, H * Q, 2 * I * H});   // this rank's largest
+            return sizeof(T) * std::max(layer + (fp8_ ? slice : 0), head);
+        }
+        return fp8_ ? sizeof(T) * std::max(group, head) : 0;
     }
 
     void allocate(cudaStream_t stream) {
@@ -119,6 +135,7 @@ public:
     void load(const Checkpoint* ck, LoadProgress* progress, cudaStream_t stream) {
         stream_ = stream;
         if (!ck) randomize();
+        else if (tp_.ranks > 1) upload_shard(*ck, progress);
         else if (fp8_) upload_fp8(*ck, progress);
         else {
             std::vector<void*> dst;
@@ -174,10 +191,12 @@ private:
     }
 
     // The tensor a weight slot lands in, at the slot's row (FP8 weights: see upload_fp8).
-    T* slot_ptr(const WeightSlot& s) {
-        LayerWeights<T>* L = s.layer >= 0 ? &layers[s.layer] : nullptr;
+    T* slot_ptr(const WeightSlot& s) { return tensor_ptr(s.param, s.layer) + s.offset(); }
+    // Engine tensor p (of `layer`, for per-layer tensors), in T.
+    T* tensor_ptr(Param p, int layer) {
+        LayerWeights<T>* L = layer >= 0 ? &layers[layer] : nullptr;
         T* base = nullptr;
-        switch (s.param) {
+        switch (p) {
             case Param::Embed: base = embed; break;
             case Param::LmHead: base = lm_head.w; break;
             case Param::FinalNorm: base = final_norm; break;
@@ -190,7 +209,7 @@ private:
             case Param::Wgu: base = L->wgu.w; break;
             case Param::Wdown: base = L->wdown.w; break;
         }
-        return base + s.offset();
+        return base;
     }
 
     // ---- FP8 weights: staged one group at a time ----
@@ -279,6 +298,63 @@ private:
         if (progress) progress->finish();
     }
 
+    // ---- tensor parallel: this rank's slices ----
+
+    // Each layer's split tensors load whole into staging (in the full model's layout), then this
+    // rank's slice of each is copied into place (FP8: into staging's end, then quantized). The
+    // other tensors load whole, straight into place (the output layer in FP8 as upload_fp8 does).
+    void upload_shard(const Checkpoint& ck, LoadProgress* progress) {
+        size_t total = 0;
+        for (const TensorView* v : checkpoint_views(ck, table_)) {
+            if (v->dtype == DType::F8_E4M3) fail("--tp: a checkpoint stored in FP8 cannot be split yet");
+            total += v->nbytes();
+        }
+        if (progress) progress->start(total);
+        GpuLoadOptions part;
+        part.part_of_load = true;
+        DeviceBuffer<T> staging(staging_bytes() / sizeof(T));
+        std::vector<std::vector<WeightSlot>> split(c_.n_layers);
+        std::vector<WeightSlot> whole, head;
+        std::vector<void*> whole_dst;
+        for (const WeightSlot& s : table_) {
+            if (s.layer >= 0 && tp_split(s.param)) split[s.layer].push_back(s);
+            else if (fp8_ && s.param == Param::LmHead) head.push_back(s);
+            else whole.push_back(s), whole_dst.push_back(slot_ptr(s));
+        }
+        load_to_device(ck, whole, whole_dst, device_dtype<T>(), progress, part);
+        if (fp8_ && head.empty()) quantize_group(c_.n_layers, {embed});   // tied
+        if (!head.empty()) load_and_quantize(ck, c_.n_layers, head, staging_places(staging.p, c_.n_layers), progress, part);
+        cudaCheck(cudaStreamSynchronize(stream_));
+        std::vector<T*> full;   // where each of kTpSplit lies whole in staging
+        T* at = staging.p;
+        for (Param p : kTpSplit) full.push_back(at), at += param_shape(tp_.full, p).numel();
+        for (int l = 0; l < c_.n_layers; l++) {
+            std::vector<void*> dst;
+            for (const WeightSlot& s : split[l])
+                dst.push_back(full[std::find(std::begin(kTpSplit), std::end(kTpSplit), s.param) - std::begin(kTpSplit)] + s.offset());
+            load_to_device(ck, split[l], dst, device_dtype<T>(), progress, part);
+            for (size_t i = 0; i < full.size(); i++) place_slice(kTpSplit[i], l, full[i], at);
+            cudaCheck(cudaStreamSynchronize(stream_));   // the staging buffer is reused by the next layer
+        }
+        if (progress) progress->finish();
+    }
+
+    // This rank's slice (tp_slice) of layer l's tensor p, given whole in src, into its place; a
+    // linear weight in FP8 goes through scratch and is quantized from there.
+    void place_slice(Param p, int l, const T* src, T* scratch) {
+        const TpSlice sl = tp_slice(tp_.full, p, tp_.rank, tp_.ranks);
+        const int64_t cols = param_shape(tp_.full, p).cols;
+        Weight<T>* W = is_linear(p) ? linear_group(l)[place_in_group(p)] : nullptr;
+        T* dst = W && fp8_ ? scratch : tensor_ptr(p, l);
+        for (const TpRange& r : sl.rows) {
+            cudaCheck(cudaMemcpy2DAsync(dst, sl.cols.count * sizeof(T), src + r.first * cols + sl.cols.first,
+                                        cols * sizeof(T), sl.cols.count * sizeof(T), r.count, cudaMemcpyDeviceToDevice,
+                                        stream_));
+            dst += r.count * sl.cols.count;
+        }
+        if (W && fp8_) quantize_rows_fp8(W->f8.q, W->f8.scale, scratch, W->N, W->K, W->f8.ld, stream_);
+    }
+
     // Random weights for benchmarks: uniform with std ~0.02 for matrices, small norms.
     void randomize() {
         const size_t H = c_.hidden, Q = c_.q_dim(), KV = c_.kv_dim(), V = c_.vocab;
@@ -315,6 +391,7 @@ private:
 
     ModelConfig c_;
     bool fp8_;
+    TpShard tp_;
     std::vector<WeightSlot> table_;   // the checkpoint tensors and where they land (weights.h)
     Arena arena_;
     cudaStream_t stream_ = nullptr;   // load()'s stream

@@ -130,9 +130,12 @@ private:
     void reserve(int seq, size_t n);
 };
 
-// progress (may be null) counts the checkpoint bytes as they load (weights.h).
+// progress (may be null) counts the checkpoint bytes as they load (weights.h). tp_ranks > 1:
+// the forward pass simulates that many tensor-parallel ranks (tensor_parallel.h) in one
+// process, each with its shard of the weights and KV cache, their partial sums added where the
+// GPUs would all-reduce them (tests: the split must reproduce the unsplit model).
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks = 0,
-                                        LoadProgress* progress = nullptr);
+                                        LoadProgress* progress = nullptr, int tp_ranks = 1);
 
 // FP8: bf16 activations and KV cache, the linear layers' weights in FP8 E4M3 (fp8.h).
 enum class DeviceDType { BF16, F16, F32, FP8 };
@@ -142,8 +145,10 @@ std::string cuda_unsupported_reason(const ModelConfig& c);
 // ckpt == nullptr: random weights (benchmarks at real sizes without a checkpoint).
 // max_batch: the most sequences one decode step may carry. max_chunk: the most rows a prefill
 // runs at once (0: the largest that memory allows, 4096 to 16384; the tests set a small one).
+// tp > 1: tensor parallel over GPUs 0 .. tp-1 through NCCL (tensor_parallel.h).
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt,
                                          int kv_blocks = 0, int max_batch = 64, LoadProgress* progress = nullptr,
-                                         int max_chunk = 0);
+                                         int max_chunk = 0, int tp = 1);
+int cuda_device_count();   // 0 without CUDA
 
 }  // namespace olmo

@@ -87,7 +87,8 @@ int kv_pool_for(const Options& o, const ModelConfig& cfg, const std::vector<std:
                 bool use_cuda) {
     const size_t elt = !use_cuda || o.dtype == "fp32" ? 4 : 2;
     const int bs = kKvBlockSize;
-    const double block_bytes = 2.0 * bs * cfg.kv_dim() * cfg.n_layers * elt;
+    const int tp = use_cuda ? o.tp : 1;   // --tp: each GPU holds 1/tp of the weights and of each block
+    const double block_bytes = 2.0 * bs * cfg.kv_dim() * cfg.n_layers * elt / tp;
     const double available = use_cuda ? gpu_free_bytes() : host_available_bytes();
     const std::string where = use_cuda ? "free on the GPU" : "available in host memory";
     constexpr double kMaxBlocks = 1 << 24;   // 2^28 tokens: more than any run holds
@@ -103,7 +104,7 @@ int kv_pool_for(const Options& o, const ModelConfig& cfg, const std::vector<std:
     const double weight_elt = use_cuda && o.dtype == "fp8" ? 1.0 : elt;
     for (const WeightSlot& w : weight_table(cfg, !cfg.tie_embeddings))
         weights += (double)w.numel() * (w.param == Param::Embed ? elt : weight_elt);
-    const double budget = (available - weights) / 2;
+    const double budget = (available - weights / tp) / 2;
     int64_t blocks = need[0];
     for (size_t k = 1; k < need.size() && k < (size_t)kMaxBatch && (blocks + need[k]) * block_bytes <= budget; k++)
         blocks += need[k];
@@ -323,7 +324,7 @@ std::unique_ptr<Engine> build_engine(const Options& o, const Model& m, bool use_
                                      const std::vector<std::vector<int>>& prompts, LoadProgress& progress) {
     const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
     if (!use_cuda) return make_cpu_engine(m.cfg, *m.ckpt, m.max_seq, kv_blocks, &progress);
-    return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress);
+    return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress, o.tp);
 }
 
 int run(int argc, char** argv) {

@@ -80,6 +80,9 @@ void add_engine_and_beam_flags(CLI::App& app, Options& o) {
                    "quality, see ./perplexity; sm_89+) (default bf16, or fp8 for a checkpoint stored in FP8; the CPU always "
                    "computes in fp32, and other dtypes dequantize an FP8 checkpoint at load)")
         ->check(CLI::IsMember({"bf16", "fp16", "fp32", "fp8"}));
+    app.add_option("--tp", o.tp, "tensor parallel: split the model over this many GPUs (0 .. N-1) with NCCL, "
+                   "heads and MLP channels per GPU; they must divide the head, KV-head and intermediate counts "
+                   "(default 1)")->check(CLI::Range(1, 64));
     app.add_option("-c,--ctx-size,--max-seq-len", o.max_seq_len, "context: KV cache length in tokens, prompt + "
                    "generation (default: max_position_embeddings, capped at 4096)")->check(CLI::Range(1, 1 << 30));
     app.add_option("--beams", o.beams, "beam search with this many beams (1 = off, default); greedy scoring as "

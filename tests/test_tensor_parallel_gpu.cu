@@ -1,0 +1,130 @@
+// test_tensor_parallel_gpu.cu: --tp on the GPUs (tensor_parallel.h, cuda_engine.cu's TpEngine).
+// With two GPUs or more:
+// - every golden fixture under --tp 2 against transformers, as on one GPU: fp32 within the same
+//   bars (1e-4) and the same greedy ids; bf16 and FP8 within their bars (test_golden.cpp says
+//   where those come from). Under --tp the engine has no tensor hooks, so the comparisons are
+//   the logits of the prompt's last position, the decode steps and the greedy ids.
+// - batched decode, a forked sequence (copy on write of a shared block) and a prompt run in
+//   chunks give the logits of one GPU (fp32, 1e-5).
+// With one GPU: --tp 2 is refused with a one-line error.
+#include <gtest/gtest.h>
+
+#include "engine.h"
+#include "golden.h"
+#include "tensor_parallel.h"
+#include "test_util.h"
+
+using namespace olmo;
+using namespace olmo::test;
+
+namespace {
+
+constexpr int kTp = 2;
+const char* const kFewGpus = "fewer than 2 GPUs: tensor-parallel runs skipped";
+
+// The --tp 2 engine of fixture f in dtype dt, or null (with the reason in *why) where the
+// fixture cannot be split (a head count --tp does not divide; a checkpoint stored in FP8).
+std::unique_ptr<Engine> tp_engine(const Fixture& f, DeviceDType dt, std::string* why) {
+    *why = tp_unsupported_reason(f.cfg, kTp);
+    if (!why->empty()) return nullptr;
+    try {
+        return make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), dt, 0, 64, nullptr, 0, kTp);
+    } catch (const Error& e) {
+        if (std::string(e.what()).find("stored in FP8") == std::string::npos) throw;
+        *why = e.what();
+        return nullptr;
+    }
+}
+
+// The fixture's prompt under eng: its last position's logits against the golden ones, then the
+// decode steps (check_decode), each within its bar.
+void expect_logits_close(Engine& eng, const Fixture& f, double prompt_tol, double tensor_tol, double step_tol,
+                         const std::string& what) {
+    eng.reset();
+    const std::vector<float> got = eng.forward(to_i32(*f.golden.find("prompt_ids")));
+    const std::vector<float> want = last_prompt_logits(f.golden);
+    const Diff d = compare(got.data(), want.data(), want.size());
+    std::printf("%s: prompt logits rel-L2 %.2e\n", what.c_str(), d.rel_l2);
+    EXPECT_LE(d.rel_l2, prompt_tol) << what << ": the prompt's last logits";
+    const DecodeErr e = check_decode(eng, f.golden, tensor_tol, step_tol);
+    std::printf("%s: decode_logits rel-L2 %.2e, worst step %.2e\n", what.c_str(), e.tensor, e.worst_step);
+}
+
+class TpGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TpGolden, Fp32MatchesTransformers) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    Fixture f(GetParam());
+    std::string why;
+    auto eng = tp_engine(f, DeviceDType::F32, &why);
+    if (!eng) GTEST_SKIP() << why;
+    expect_logits_close(*eng, f, 1e-4, 1e-4, 1e-4, GetParam() + " tp2 fp32");
+    const std::vector<int> want = to_i32(*f.golden.find("greedy_ids"));
+    EXPECT_EQ(greedy(*eng, to_i32(*f.golden.find("prompt_ids")), (int)want.size()), want);
+}
+
+TEST_P(TpGolden, Bf16CloseToReference) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    Fixture f(GetParam());
+    std::string why;
+    auto eng = tp_engine(f, DeviceDType::BF16, &why);
+    if (!eng) GTEST_SKIP() << why;
+    expect_logits_close(*eng, f, 2e-2, 2e-2, 2.5e-2, GetParam() + " tp2 bf16");
+}
+
+TEST_P(TpGolden, Fp8CloseToReference) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    Fixture f(GetParam());
+    std::string why;
+    auto eng = tp_engine(f, DeviceDType::FP8, &why);
+    if (!eng) GTEST_SKIP() << why;
+    expect_logits_close(*eng, f, 2.5e-1, 2.5e-1, 3e-1, GetParam() + " tp2 fp8");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TpGolden, ::testing::ValuesIn(list_fixtures()),
+                         [](const auto& info) { return info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TpGolden);
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+    return compare(got.data(), want.data(), want.size()).rel_l2;
+}
+
+// One sequence prefilled in chunks of 16 rows, forked, then both decoded together for three
+// steps: --tp 2 gives one GPU's logits at every step (fp32).
+TEST(TensorParallelGpu, ChunksBatchAndForkMatchOneGpu) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"vocab_size", 300}, {"max_position_embeddings", 128}});
+    auto one = make_cuda_engine(t.cfg, &t.ckpt, 128, DeviceDType::F32, 0, 4, nullptr, 16);
+    auto two = make_cuda_engine(t.cfg, &t.ckpt, 128, DeviceDType::F32, 0, 4, nullptr, 16, kTp);
+    const std::vector<int> prompt = random_ids(40, t.cfg.vocab, 7);
+    int seqs[2][2];
+    Engine* engines[2] = {one.get(), two.get()};
+    std::vector<float> logits[2];
+    for (int e = 0; e < 2; e++) {
+        seqs[e][0] = engines[e]->new_sequence();
+        logits[e] = engines[e]->prefill(seqs[e][0], prompt);
+        seqs[e][1] = engines[e]->fork_sequence(seqs[e][0]);
+    }
+    EXPECT_LE(rel_l2(logits[1], logits[0]), 1e-5) << "prefill in chunks";
+    for (int step = 0; step < 3; step++) {
+        const std::vector<int> ids = {(step * 17 + 3) % t.cfg.vocab, (step * 29 + 5) % t.cfg.vocab};
+        for (int e = 0; e < 2; e++) logits[e] = engines[e]->decode({seqs[e][0], seqs[e][1]}, ids);
+        const double d = rel_l2(logits[1], logits[0]);
+        std::printf("  batch of 2 (one forked), step %d: logits rel-L2 %.2e against one GPU\n", step, d);
+        EXPECT_LE(d, 1e-5) << "decode step " << step;
+    }
+}
+
+// --tp asks for more GPUs than there are, or a split the heads do not allow: one-line errors.
+TEST(TensorParallelGpu, BadSplitsAreRefused) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    TinyCheckpoint t({{"num_attention_heads", 4}, {"num_key_value_heads", 2}});
+    const int gpus = cuda_device_count();
+    expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::F32, 0, 4, nullptr, 0, gpus + 1); },
+                 {"--tp " + std::to_string(gpus + 1), "GPU"});
+    if (gpus >= 4) expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::F32, 0, 4, nullptr, 0, 4); },
+                                {"KV heads"});
+}
+
+}  // namespace
