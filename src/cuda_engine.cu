@@ -17,6 +17,9 @@
 // sequences is captured once as a CUDA graph and replayed (decode_graphs.h): its inputs (token
 // ids, positions, block tables: step_meta.h) live in device memory, refreshed by one copy
 // before each replay.
+//
+// Several GPUs (--tp): each runs this engine on its shard of the model (tensor_parallel.h) with
+// NCCL all-reduces where the shards' partial sums meet (all_reduce); tp_engine.cuh drives them.
 #include <cublas_v2.h>
 #include <nccl.h>
 #include <cuda_bf16.h>

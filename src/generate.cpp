@@ -323,6 +323,7 @@ int check_prompts(const Options& o, const Tokenizer* tok, const Model& m, const 
 std::unique_ptr<Engine> build_engine(const Options& o, const Model& m, bool use_cuda, int kv_blocks,
                                      const std::vector<std::vector<int>>& prompts, LoadProgress& progress) {
     const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
+    if (!use_cuda && o.tp > 1) fail("--tp " + std::to_string(o.tp) + ": there is no GPU to split the model over");
     if (!use_cuda) return make_cpu_engine(m.cfg, *m.ckpt, m.max_seq, kv_blocks, &progress);
     return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress, o.tp);
 }
