@@ -25,6 +25,10 @@
 // and the o_proj and down_proj partial products [T, H]. A layer's parts (Part) are its ranks'
 // shards, or one part of full tensors when not split: the same calls then run on it as before
 // (bit for bit), the QK-norm being cpu::rmsnorm's.
+// Ring attention, simulated (cp_ranks > 1, context_parallel.h): a prompt's attention from
+// position 0 is computed as that many GPUs holding two mirrored chunks each would, their K/V
+// going round a ring, the partial outputs merged by log-sum-exp; the K/V cache is filled as
+// always, so decoding goes on as without it.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -34,6 +38,7 @@
 #include "cpu_ops.h"
 #include "engine.h"
 #include "memory_check.h"
+#include "context_parallel.h"
 #include "tensor_parallel.h"
 
 namespace olmo {
@@ -104,8 +109,9 @@ using ActsMember = std::vector<float> PartActs::*;
 class CpuEngine : public Engine {
 public:
     CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks, LoadProgress* progress,
-              int tp_ranks)
-        : c_(c), s_(tp_shard_config(c, tp_ranks)) {   // fails first if tp_ranks cannot split c
+              int tp_ranks, int cp_ranks)
+        : c_(c), s_(tp_shard_config(c, tp_ranks)), cp_ranks_(cp_ranks) {   // fails first if tp_ranks cannot split c
+        if (cp_ranks < 1) fail("cp_ranks must be at least 1");
         check_fits_cpu(c, max_seq, kv_blocks);   // before any tensor is read
         init_kv(c, max_seq, kv_blocks);
         layers_.resize(c.n_layers);
@@ -309,9 +315,13 @@ private:
                 std::copy_n(a.k.begin() + (size_t)t * KV, KV, P.k_pool.begin() + row * KV);
                 std::copy_n(a.v.begin() + (size_t)t * KV, KV, P.v_pool.begin() + row * KV);
             }
-            cpu::attention(a.att.data(), a.q.data(), P.k_pool.data(), P.v_pool.data(), T, pos0, s_.n_heads,
-                           s_.n_kv_heads, hd, L.window, 1.0f / std::sqrt((float)hd), kv_->table(seq, L.kind).data(),
-                           kv_->block_size());
+            const float scale = 1.0f / std::sqrt((float)hd);
+            if (cp_ranks_ > 1 && pos0 == 0)   // a prompt's first tokens: as cp_ranks_ GPUs would, round a ring
+                ring_attention(a.att.data(), a.q.data(), a.k.data(), a.v.data(), T, s_.n_heads, s_.n_kv_heads, hd,
+                               L.window, scale, cp_ranks_);
+            else
+                cpu::attention(a.att.data(), a.q.data(), P.k_pool.data(), P.v_pool.data(), T, pos0, s_.n_heads,
+                               s_.n_kv_heads, hd, L.window, scale, kv_->table(seq, L.kind).data(), kv_->block_size());
         }
         emit_parts(n + "attn", acts, &PartActs::att, T, Q);
         row_parallel(o, acts, &PartActs::att, L, &Part::wo, T, Q, c_.hidden);
@@ -417,6 +427,7 @@ private:
 
     ModelConfig c_;
     ModelConfig s_;                          // the model one part runs (c_ when not split)
+    int cp_ranks_;                           // > 1: a prompt's attention as a ring of that many GPUs
     Weights embed_, lm_head_, final_norm_;   // lm_head_ empty: the embedding is the output layer
     std::vector<CpuLayer> layers_;
 };
@@ -424,8 +435,8 @@ private:
 }  // namespace
 
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks,
-                                        LoadProgress* progress, int tp_ranks) {
-    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks, progress, tp_ranks);
+                                        LoadProgress* progress, int tp_ranks, int cp_ranks) {
+    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks, progress, tp_ranks, cp_ranks);
 }
 
 }  // namespace olmo

@@ -133,9 +133,11 @@ private:
 // progress (may be null) counts the checkpoint bytes as they load (weights.h). tp_ranks > 1:
 // the forward pass simulates that many tensor-parallel ranks (tensor_parallel.h) in one
 // process, each with its shard of the weights and KV cache, their partial sums added where the
-// GPUs would all-reduce them (tests: the split must reproduce the unsplit model).
+// GPUs would all-reduce them (tests: the split must reproduce the unsplit model). cp_ranks > 1:
+// a prompt's attention (from position 0) is computed as a ring of that many GPUs would
+// (context_parallel.h), each for the queries of its chunks.
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks = 0,
-                                        LoadProgress* progress = nullptr, int tp_ranks = 1);
+                                        LoadProgress* progress = nullptr, int tp_ranks = 1, int cp_ranks = 1);
 
 // FP8: bf16 activations and KV cache, the linear layers' weights in FP8 E4M3 (fp8.h).
 enum class DeviceDType { BF16, F16, F32, FP8 };

@@ -1,5 +1,6 @@
 // test_tensor_parallel.cpp: the Megatron-style split of a model over ranks (tensor_parallel.h)
-// and the CPU engine's simulation of it (make_cpu_engine(..., tp_ranks)). The partition: each
+// and the CPU engine's simulation of it (make_cpu_engine(..., tp_ranks)), and of ring attention
+// for prompts (cp_ranks, context_parallel.h). The partition: each
 // rank's rows and columns of every engine tensor, shards that tile the full tensor exactly once,
 // the reasons a model cannot be split. The simulation: on tiny random checkpoints (OLMo-2 MHA and
 // GQA, OLMo-3 with sliding-window and YaRN layers, OLMo-1 with clip_qkv), 2 and 4 ranks must
@@ -264,7 +265,45 @@ TEST_P(TpEngine, HookTensorsEqualTheUnsplitEngine) {
     }
 }
 
+// Ring attention (context_parallel.h) for the prompts, over 2 and 4 simulated GPUs, alone and
+// with the weights split over 2 ranks as well: the same script's logits as the unsplit engine
+// (the prompts of 13 and 7 tokens go round the ring; the decode steps read the cache it filled).
+TEST_P(TpEngine, RingPrefillEqualsTheUnsplitEngine) {
+    TinyCheckpoint t(GetParam().changes);
+    auto ref = make_cpu_engine(t.cfg, t.ckpt, 64, 8);
+    const Script want = run_script(*ref, t.cfg.vocab);
+    std::vector<std::pair<int, int>> splits = {{1, 2}, {1, 4}};   // (tp, cp)
+    if (tp_unsupported_reason(t.cfg, 2).empty()) splits.push_back({2, 2});
+    for (auto [tp, cp] : splits) {
+        auto eng = make_cpu_engine(t.cfg, t.ckpt, 64, 8, nullptr, tp, cp);
+        const Script got = run_script(*eng, t.cfg.vocab);
+        const double pre = rel_l2(got.prefill, want.prefill), dec = worst(got.decode, want.decode),
+                     bat = worst(got.batch, want.batch);
+        std::printf("%s tp %d cp %d vs unsplit logits rel-L2: prefill %.2e, decode worst %.2e, batch+fork worst %.2e\n",
+                    GetParam().name.c_str(), tp, cp, pre, dec, bat);
+        EXPECT_LE(pre, kBar);
+        EXPECT_LE(dec, kBar);
+        EXPECT_LE(bat, kBar);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, TpEngine, ::testing::ValuesIn(kCases), [](const auto& info) { return info.param.name; });
+
+// Every fixture's prompt round a ring of 2 and of 4 simulated GPUs, against transformers'
+// activations at the CPU engine's bar.
+TEST(CpGolden, RingPrefillMatchesTransformers) {
+    int checked = 0;
+    for (const std::string& name : list_fixtures())
+        for (int cp : {2, 4}) {
+            Fixture f(name);
+            auto eng = make_cpu_engine(f.cfg, f.ckpt, f.seq_len(), 0, nullptr, 1, cp);
+            const FamilyWorst w = check_prefill(*eng, f.golden, 1e-5);
+            std::printf("%s cp %d vs transformers: attn rel-L2 %.2e, logits %.2e\n", name.c_str(), cp,
+                        w.count("attn") ? w.at("attn") : -1.0, w.count("logits") ? w.at("logits") : -1.0);
+            checked++;
+        }
+    EXPECT_GE(checked, 2) << "no golden fixture";
+}
 
 // The golden machinery pointed at the split engine: each fixture that splits over 2 ranks,
 // against transformers' activations at the unsplit CPU engine's bar (test_golden.cpp).
