@@ -19,7 +19,8 @@
 // before each replay.
 //
 // Several GPUs (--tp): each runs this engine on its shard of the model (tensor_parallel.h) with
-// NCCL all-reduces where the shards' partial sums meet (all_reduce); tp_engine.cuh drives them.
+// NCCL all-reduces where the shards' partial sums meet (all_reduce), and rank 0 gathers the
+// logits (logits); tp_engine.cuh drives them.
 #include <cublas_v2.h>
 #include <nccl.h>
 #include <cuda_bf16.h>
@@ -278,7 +279,10 @@ private:
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
         meta_.place(b.take<int>(meta_.ints()));   // step metadata (step_meta.h), filled by one copy
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
-        if (tp_.ranks > 1) sumsq_ = b.take<float2>(std::max(chunk_, max_batch_));   // QK-norm sums [C]
+        if (tp_.ranks > 1) {
+            sumsq_ = b.take<float2>(std::max(chunk_, max_batch_));   // QK-norm sums [C]
+            part_ = b.take<float>(std::max(max_batch_, kScoreRows) * V);   // the ranks' logits, gathered on rank 0
+        }
         cublas_ws_ = b.take<char>(kCublasWorkspace);
     }
 
@@ -344,12 +348,19 @@ private:
     void all_reduce(float* x, size_t n) {
         ncclCheck(ncclAllReduce(x, x, n, ncclFloat, ncclSum, tp_.comm, stream_));
     }
-    // A row-parallel product's output y [rows, cols], a partial sum on each rank: its scales
-    // applied (they differ between ranks), then summed. One GPU: nothing to do.
-    void all_reduce_partial(float* y, PendingScale& s, int rows, int cols) {
-        if (tp_.ranks == 1) return;
-        settle(y, s, rows, cols);
-        all_reduce(y, (size_t)rows * cols);
+    // The end of a row-parallel product (o, down), its output y [m, H] with scales s pending:
+    // x += RMSNorm(y) · w, xn = x in T (OLMo-1: x += y, xn = LayerNorm(x)). Tensor parallel: y
+    // is a partial sum on each rank, so its scales are applied (they differ between ranks) and
+    // it is summed over the ranks first.
+    void residual(float* x, float* y, PendingScale s, const T* w, T* xn, int m) {
+        const int H = c_.hidden;
+        const float eps = c_.norm_eps;
+        if (tp_.ranks > 1) {
+            settle(y, s, m, H);
+            all_reduce(y, (size_t)m * H);
+        }
+        if (c_.family == Family::Olmo1) add_layernorm(x, y, xn, m, H, eps, stream_, s);
+        else add_rmsnorm(x, y, w, xn, m, H, eps, stream_, s);
     }
 
     // The same in T with cuBLAS. In its column-major terms: yᵀ (N x rows) = W (op T of the
@@ -483,39 +494,59 @@ private:
             emit(name + "attn", att_, n, Q, Q);
             float *x = x_ + r0 * H, *o = o_ + r0 * H;
             T *xn = xn_ + r0 * H, *a = a_ + r0 * c_.intermediate;
-            PendingScale s_o = linear(o, ap.out, W.wo, m);                       // [m, H] (tp: a partial sum)
-            all_reduce_partial(o, s_o, m, H);
-            emit(name + "o_proj", o_, n, H, H);
-            if (olmo1) add_layernorm(x, o, xn, m, H, eps, stream_, s_o);         // x += o; xn = LN(x)
-            else add_rmsnorm(x, o, W.attn_norm, xn, m, H, eps, stream_, s_o);    // x += RMSNorm(o); xn = x
+            residual(x, o, linear(o, ap.out, W.wo, m), W.attn_norm, xn, m);     // x += RMSNorm(o); xn = x
+            emit(name + "o_proj", o_, n, H, H);                                  //  (OLMo-1: x += o; xn = LN(x))
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
             gate_up_swiglu(a, xn, W.wgu, m);                                     // [m, I]
-            PendingScale s_down = linear(o, a, W.wdown, m);                      // [m, H] (tp: a partial sum)
-            all_reduce_partial(o, s_down, m, H);
+            residual(x, o, linear(o, a, W.wdown, m), W.ff_norm, xn, m);          // also the next layer's LN
             emit(name + "mlp", o_, n, H, H);
-            if (olmo1) add_layernorm(x, o, xn, m, H, eps, stream_, s_down);     // also the next layer's LN
-            else add_rmsnorm(x, o, W.ff_norm, xn, m, H, eps, stream_, s_down);
             emit(name + "out", x_, n, H, H);
         }
-        if (tp_.rank > 0) return;   // tensor parallel: rank 0 alone makes the logits (every rank has x)
         // Final norm and logits of each sequence's last row (prefill: row n-1; decode: all rows),
-        // and of every row when a hook wants them.
+        // and of every row when a hook wants them. (Tensor parallel: every rank has x, and makes
+        // the logits of its part of the vocabulary; rank 0 gathers them.)
         const bool score = out == Out::Scores;
         const int first = prefill ? (hook || score ? 0 : n - 1) : 0, rows = n - first;
         if (!olmo1) rmsnorm(xn_ + (size_t)first * H, x_ + (size_t)first * H, w_.final_norm, rows, H, H, H, eps, stream_);
         // (OLMo-1: xn_ already holds LN(x) from the last add_layernorm)
         emit("final_norm", xn_ + (size_t)first * H, rows, H, H);
-        if (hook) {   // every position's logits, in a temporary buffer (tests only, never in a graph)
-            float* all = nullptr;
+        if (hook) {   // every position's logits, in temporary buffers (tests only, never in a graph)
+            float *all = nullptr, *part = nullptr;
             cudaCheck(cudaMalloc(&all, sizeof(float) * rows * c_.vocab));
-            linear_final(all, xn_ + (size_t)first * H, w_.lm_head, rows);       // [rows, V] fp32
-            emit("logits", all, rows, c_.vocab, c_.vocab);
+            cudaCheck(cudaMalloc(&part, sizeof(float) * rows * c_.vocab));
+            logits(all, xn_ + (size_t)first * H, rows, part);                   // [rows, V] fp32
+            if (tp_.rank == 0) emit("logits", all, rows, c_.vocab, c_.vocab);
             cudaCheck(cudaFree(all));
+            cudaCheck(cudaFree(part));
         }
         if (score) return score_rows(n);
         const int out_rows = prefill ? 1 : batch;
-        linear_final(logits_, xn_ + (size_t)(n - out_rows) * H, w_.lm_head, out_rows);   // [out_rows, V] fp32
+        logits(logits_, xn_ + (size_t)(n - out_rows) * H, out_rows, part_);      // [out_rows, V] fp32
+    }
+
+    // y [rows, V] (fp32) = the output layer's logits of x [rows, H] (final-normed). Tensor
+    // parallel: each rank makes those of its vocabulary rows (GpuWeights::vocab), [rows, V_r],
+    // into part at rows · first_r; the others send theirs to rank 0, which copies each block into
+    // its columns of y. One row: part is y itself (the blocks are y's columns already).
+    void logits(float* y, const T* x, int rows, float* part) {
+        if (tp_.ranks == 1) return linear_final(y, x, w_.lm_head, rows);
+        auto vocab = [&](int r) { return tp_vocab(tp_.full, r, tp_.ranks); };
+        if (rows == 1) part = y;
+        auto block = [&](int r) { return part + rows * vocab(r).first; };
+        linear_final(block(tp_.rank), x, w_.lm_head, rows);
+        ncclCheck(ncclGroupStart());
+        if (tp_.rank > 0) ncclCheck(ncclSend(block(tp_.rank), rows * vocab(tp_.rank).count, ncclFloat, 0, tp_.comm, stream_));
+        else
+            for (int r = 1; r < tp_.ranks; r++)
+                ncclCheck(ncclRecv(block(r), rows * vocab(r).count, ncclFloat, r, tp_.comm, stream_));
+        ncclCheck(ncclGroupEnd());
+        if (tp_.rank > 0 || part == y) return;
+        for (int r = 0; r < tp_.ranks; r++) {
+            const size_t w = vocab(r).count * sizeof(float);
+            cudaCheck(cudaMemcpy2DAsync(y + vocab(r).first, c_.vocab * sizeof(float), block(r), w, w, rows,
+                                        cudaMemcpyDeviceToDevice, stream_));
+        }
     }
 
     // logprobs_[r] = log p(targets_[r]) for the n rows of xn_ (final-normed), from their fp32
@@ -524,8 +555,8 @@ private:
         const int H = c_.hidden, V = c_.vocab;
         for (int r0 = 0; r0 < n; r0 += kScoreRows) {
             const int rows = std::min(kScoreRows, n - r0);
-            linear_final(logits_, xn_ + (size_t)r0 * H, w_.lm_head, rows);           // [rows, V] fp32
-            token_logprobs(logprobs_ + r0, logits_, targets_ + r0, rows, V, stream_);
+            logits(logits_, xn_ + (size_t)r0 * H, rows, part_);                      // [rows, V] fp32
+            if (tp_.rank == 0) token_logprobs(logprobs_ + r0, logits_, targets_ + r0, rows, V, stream_);
         }
     }
 
@@ -553,6 +584,7 @@ private:
     TpRank tp_;                           // tensor parallel (ranks > 1): this rank
     const KvCache* kv_src_ = nullptr;     // the block tables: kv_, or the TpEngine's
     float2* sumsq_ = nullptr;             // tensor parallel: the QK-norm's sums of squares [C]
+    float* part_ = nullptr;               // tensor parallel: the ranks' parts of the logits [B, V] (logits)
 };
 
 }  // namespace

@@ -110,19 +110,21 @@ public:
 
     size_t bytes() const { return arena_.used; }
     bool fp8() const { return fp8_; }
+    // The output layer's rows (vocabulary entries) this GPU holds: all, or its tp_vocab range.
+    TpRange vocab() const { return tp_.ranks > 1 ? tp_vocab(tp_.full, tp_.rank, tp_.ranks) : TpRange{0, c_.vocab}; }
 
     // The staging buffer an FP8 load quantizes from: the largest group in T (0 without FP8).
     // Tensor parallel: a whole layer's split tensors, and (FP8) room for one slice to quantize.
     size_t staging_bytes() const {
         const size_t H = c_.hidden, I = c_.intermediate, Q = c_.q_dim(), KV = c_.kv_dim();
-        const size_t group = (Q + 2 * KV) * H + H * Q + 3 * I * H, head = fp8_ ? (size_t)c_.vocab * H : 0;
-        if (tp_.ranks > 1) {
+        const size_t group = (Q + 2 * KV) * H + H * Q + 3 * I * H, head = (size_t)c_.vocab * H;
+        if (tp_.ranks > 1) {   // (the output layer goes through staging whole, then is sliced)
             size_t layer = 0;
             for (Param p : kTpSplit) layer += param_shape(tp_.full, p).numel();
             const size_t slice = std::max({(Q + 2 * KV) * H, H * Q, 2 * I * H});   // this rank's largest
             return sizeof(T) * std::max(layer + (fp8_ ? slice : 0), head);
         }
-        return fp8_ ? sizeof(T) * std::max(group, head) : 0;
+        return fp8_ ? sizeof(T) * std::max(group, head) : 0;   // (one GPU: the output layer loads in place)
     }
 
     void allocate(cudaStream_t stream) {
@@ -162,7 +164,7 @@ private:
         auto take = [&](Param p) { return arena_.take<T>(param_shape(c_, p).numel()); };
         embed = take(Param::Embed);
         if (fp8_ || has_lm_head(table_)) lm_head = take_weight(Param::LmHead);
-        else lm_head = Weight<T>{embed, {}, (int)c_.vocab, (int)c_.hidden};   // the tie rule: weights.h
+        else lm_head = Weight<T>{embed + vocab().first * c_.hidden, {}, (int)vocab().count, (int)c_.hidden};   // tied: weights.h
         final_norm = take(Param::FinalNorm);
         for (LayerWeights<T>& L : layers) {
             L.wqkv = take_weight(Param::Wqkv);
@@ -180,9 +182,9 @@ private:
     Weight<T> take_weight(Param p) {
         const ParamShape s = param_shape(c_, p);
         Weight<T> W;
-        W.N = (int)s.rows, W.K = (int)s.cols;
+        W.N = p == Param::LmHead ? (int)vocab().count : (int)s.rows, W.K = (int)s.cols;
         if (!fp8_) {
-            W.w = arena_.take<T>(s.numel());
+            W.w = arena_.take<T>((size_t)W.N * W.K);
             return W;
         }
         const int N16 = fp8_padded_rows(W.N), ld = fp8_padded_cols(W.K);
@@ -315,15 +317,15 @@ private:
         DeviceBuffer<T> staging(staging_bytes() / sizeof(T));
         std::vector<std::vector<WeightSlot>> split(c_.n_layers);
         std::vector<WeightSlot> whole, head;
-        std::vector<void*> whole_dst;
+        std::vector<void*> whole_dst, head_dst;
         for (const WeightSlot& s : table_) {
             if (s.layer >= 0 && tp_split(s.param)) split[s.layer].push_back(s);
-            else if (fp8_ && s.param == Param::LmHead) head.push_back(s);
+            else if (s.param == Param::LmHead) head.push_back(s), head_dst.push_back(staging.p + s.offset());
             else whole.push_back(s), whole_dst.push_back(slot_ptr(s));
         }
         load_to_device(ck, whole, whole_dst, device_dtype<T>(), progress, part);
-        if (fp8_ && head.empty()) quantize_group(c_.n_layers, {embed});   // tied
-        if (!head.empty()) load_and_quantize(ck, c_.n_layers, head, staging_places(staging.p, c_.n_layers), progress, part);
+        if (!head.empty()) load_to_device(ck, head, head_dst, device_dtype<T>(), progress, part);
+        place_vocab(head.empty() ? embed : staging.p);   // tied: the embedding is the output layer
         cudaCheck(cudaStreamSynchronize(stream_));
         std::vector<T*> full;   // where each of kTpSplit lies whole in staging
         T* at = staging.p;
@@ -337,6 +339,15 @@ private:
             cudaCheck(cudaStreamSynchronize(stream_));   // the staging buffer is reused by the next layer
         }
         if (progress) progress->finish();
+    }
+
+    // This rank's vocabulary rows of the output layer, given whole in src, into place (quantized
+    // in FP8). Tied in T, lm_head already points into the embedding.
+    void place_vocab(const T* src) {
+        const TpRange v = vocab();
+        const T* from = src + v.first * c_.hidden;
+        if (fp8_) quantize_rows_fp8(lm_head.f8.q, lm_head.f8.scale, from, lm_head.N, lm_head.K, lm_head.f8.ld, stream_);
+        else if (lm_head.w != from) cudaCheck(cudaMemcpyAsync(lm_head.w, from, v.count * c_.hidden * sizeof(T), cudaMemcpyDeviceToDevice, stream_));
     }
 
     // This rank's slice (tp_slice) of layer l's tensor p, given whole in src, into its place; a
@@ -377,7 +388,7 @@ private:
         };
         fill(embed, V * H, 0.035f);
         if (has_lm_head(table_)) fill_group(c_.n_layers);
-        else if (fp8_) quantize_group(c_.n_layers, {embed});
+        else if (fp8_) quantize_group(c_.n_layers, {embed + vocab().first * H});
         fill(final_norm, H, 0.1f);
         for (int l = 0; l < c_.n_layers; l++) {
             LayerWeights<T>& L = layers[l];

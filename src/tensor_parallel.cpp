@@ -28,6 +28,11 @@ ModelConfig tp_shard_config(const ModelConfig& c, int ranks) {
 
 bool tp_split(Param p) { return std::find(std::begin(kTpSplit), std::end(kTpSplit), p) != std::end(kTpSplit); }
 
+TpRange tp_vocab(const ModelConfig& c, int rank, int ranks) {
+    const int64_t per = (c.vocab + ranks - 1) / ranks, first = std::min<int64_t>(rank * per, c.vocab);
+    return {first, std::min<int64_t>(per, c.vocab - first)};
+}
+
 TpSlice tp_slice(const ModelConfig& c, Param p, int rank, int ranks) {
     const ParamShape full = param_shape(c, p);
     const int64_t Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
@@ -40,6 +45,7 @@ TpSlice tp_slice(const ModelConfig& c, Param p, int rank, int ranks) {
         case Param::KNorm: s.rows = {{rank * kv, kv}}; break;
         case Param::Wgu: s.rows = {{rank * i, i}, {I + rank * i, i}}; break;
         case Param::Wdown: s.cols = {rank * i, i}; break;
+        case Param::LmHead: s.rows = {tp_vocab(c, rank, ranks)}; break;
         default: break;   // whole on every rank
     }
     return s;

@@ -11,11 +11,11 @@
 //   down   [H, I]      row parallel: its columns; y is a partial sum              -> [H, I/n]
 //   q_norm [Q], k_norm [KV]: its heads' entries; the norm's sum of squares spans the full width,
 //                      so the ranks add their partial sums (an all-reduce of 2 numbers a token)
-//   everything else (embedding, the residual norms, the output layer): whole on every rank.
+//   lm_head [V, H]     by vocabulary: rows [r·⌈V/n⌉, ...) (tp_vocab; the last rank may hold
+//                      fewer); each rank makes its part of the logits, rank 0 gathers them
+//   everything else (embedding, the residual norms): whole on every rank.
 // The o and down partial sums are added over the ranks (an all-reduce of [tokens, H]) before
-// the residual norm, so every rank carries the same residual stream. The output layer is whole
-// on every rank (each computes the logits; rank 0's leave the GPU): a vocabulary split would
-// save its bytes per rank, not done yet.
+// the residual norm, so every rank carries the same residual stream.
 // n must divide nH, nKV and I (tp_unsupported_reason says why not, in words).
 #pragma once
 #include <cstdint>
@@ -33,8 +33,8 @@ std::string tp_unsupported_reason(const ModelConfig& c, int ranks);
 // The model one rank runs: c with nH/n heads, nKV/n KV heads and I/n intermediate channels.
 ModelConfig tp_shard_config(const ModelConfig& c, int ranks);
 
-// The engine tensors of which a rank holds a part (the others are whole on every rank), and
-// whether p is one of them.
+// The layers' tensors of which a rank holds a part (of the others, the output layer is split by
+// vocabulary, the rest whole on every rank), and whether p is one of them.
 inline constexpr Param kTpSplit[] = {Param::Wqkv, Param::Wo, Param::QNorm, Param::KNorm, Param::Wgu, Param::Wdown};
 bool tp_split(Param p);
 
@@ -42,8 +42,11 @@ bool tp_split(Param p);
 struct TpRange {
     int64_t first, count;
 };
+// The vocabulary rows of the output layer rank r holds: [r·⌈V/n⌉, ...), clipped to V.
+TpRange tp_vocab(const ModelConfig& c, int rank, int ranks);
 // What rank r holds of the full engine tensor p (param_shape(c, p)): rows, in order, and columns.
-// Tensors not split: every row, every column.
+// Tensors not split: every row, every column. (The CPU engine's simulation of the ranks keeps the
+// output layer whole: the split changes only where the logits are made, not their values.)
 struct TpSlice {
     std::vector<TpRange> rows;   // the shard's rows, in this order
     TpRange cols;

@@ -21,7 +21,7 @@ constexpr Param kAllParams[] = {Param::Embed, Param::Wqkv, Param::Wo, Param::QNo
 
 bool is_split(Param p) {
     return p == Param::Wqkv || p == Param::Wo || p == Param::QNorm || p == Param::KNorm || p == Param::Wgu ||
-           p == Param::Wdown;
+           p == Param::Wdown || p == Param::LmHead;
 }
 
 // H 64, 8 query heads and 4 KV heads of 8 (Q 64, KV 32), I 96, V 300: divisible by 1, 2 and 4.
@@ -58,15 +58,18 @@ TEST(TpSlice, RowsAndColumnsOfEachTensor) {
     expect_slice(tp_slice(c, Param::KNorm, 3, 4), ranges({{24, 8}}), {0, 1}, "k_norm 3/4");
     expect_slice(tp_slice(c, Param::Wgu, 3, 4), ranges({{72, 24}, {168, 24}}), {0, 64}, "wgu 3/4");
     expect_slice(tp_slice(c, Param::Wdown, 3, 4), ranges({{0, 64}}), {72, 24}, "wdown 3/4");
-    for (Param p : {Param::Embed, Param::AttnNorm, Param::FfNorm, Param::FinalNorm, Param::LmHead}) {
+    expect_slice(tp_slice(c, Param::LmHead, 1, 2), ranges({{150, 150}}), {0, 64}, "lm_head 1/2");
+    expect_slice(tp_slice(c, Param::LmHead, 3, 4), ranges({{225, 75}}), {0, 64}, "lm_head 3/4");
+    for (Param p : {Param::Embed, Param::AttnNorm, Param::FfNorm, Param::FinalNorm}) {
         const ParamShape full = param_shape(c, p);
         expect_slice(tp_slice(c, p, 1, 2), ranges({{0, full.rows}}), {0, full.cols}, "a tensor not split");
     }
 }
 
 // For every tensor and 1, 2, 4 ranks: tp_shard holds what tp_slice names, in its order, with the
-// shape of the tensor in tp_shard_config's model; the shards of a split tensor cover each full
-// element exactly once, the others are whole on every rank.
+// shape of the tensor in tp_shard_config's model (the output layer: its tp_vocab rows); the
+// shards of a split tensor cover each full element exactly once, the others are whole on every
+// rank.
 TEST(TpSlice, ShardsTileTheFullTensor) {
     const ModelConfig c = split_config();
     for (int ranks : {1, 2, 4})
@@ -78,7 +81,8 @@ TEST(TpSlice, ShardsTileTheFullTensor) {
             for (int r = 0; r < ranks; r++) {
                 const TpSlice s = tp_slice(c, p, r, ranks);
                 const std::vector<float> shard = tp_shard(tensor.data(), c, p, r, ranks);
-                ASSERT_EQ((int64_t)shard.size(), part.numel())
+                const int64_t rows = p == Param::LmHead ? tp_vocab(c, r, ranks).count : part.rows;
+                ASSERT_EQ((int64_t)shard.size(), rows * part.cols)
                     << "param " << (int)p << ", rank " << r << " of " << ranks;
                 EXPECT_EQ(s.cols.count, part.cols);
                 size_t k = 0;
@@ -93,6 +97,24 @@ TEST(TpSlice, ShardsTileTheFullTensor) {
             const int want = is_split(p) ? 1 : ranks;
             EXPECT_EQ(std::count(hits.begin(), hits.end(), want), full.numel())
                 << "param " << (int)p << " over " << ranks << " ranks";
+        }
+}
+
+// The output layer's vocabulary split when the ranks do not divide V: consecutive ranges that
+// cover [0, V) once, the last rank's the shortest.
+TEST(TpSlice, VocabularyRangesCoverEveryRowOnce) {
+    ModelConfig c = split_config();
+    for (int64_t V : {300, 301, 100278, 7})
+        for (int ranks : {1, 2, 3, 4, 7}) {
+            c.vocab = V;
+            int64_t next = 0;
+            for (int r = 0; r < ranks; r++) {
+                const TpRange v = tp_vocab(c, r, ranks);
+                EXPECT_EQ(v.first, next) << "V " << V << ", rank " << r << " of " << ranks;
+                EXPECT_EQ(v.count, std::min<int64_t>((V + ranks - 1) / ranks, V - next));
+                next += v.count;
+            }
+            EXPECT_EQ(next, V) << "V " << V << " over " << ranks;
         }
 }
 

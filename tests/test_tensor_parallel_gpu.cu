@@ -4,8 +4,9 @@
 //   bars (1e-4) and the same greedy ids; bf16 and FP8 within their bars (test_golden.cpp says
 //   where those come from). Under --tp the engine has no tensor hooks, so the comparisons are
 //   the logits of the prompt's last position, the decode steps and the greedy ids.
-// - batched decode, a forked sequence (copy on write of a shared block) and a prompt run in
-//   chunks give the logits of one GPU (fp32, 1e-5).
+// - batched decode, a forked sequence (copy on write of a shared block), a prompt run in chunks
+//   and scoring give the logits (log-probabilities) of one GPU (fp32, 1e-5); the output layer
+//   is split over the ranks, not copied.
 // With one GPU: --tp 2 is refused with a one-line error.
 #include <gtest/gtest.h>
 
@@ -90,11 +91,12 @@ double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
 }
 
 // One sequence prefilled in chunks of 16 rows, forked, then both decoded together for three
-// steps: --tp 2 gives one GPU's logits at every step (fp32).
+// steps, and a text scored: --tp 2 gives one GPU's logits at every step and its
+// log-probabilities (fp32). The vocabulary (301) splits unevenly over the ranks' output layers.
 TEST(TensorParallelGpu, ChunksBatchAndForkMatchOneGpu) {
     if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
     TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2}, {"vocab_size", 300}, {"max_position_embeddings", 128}});
+                      {"num_key_value_heads", 2}, {"vocab_size", 301}, {"max_position_embeddings", 128}});
     auto one = make_cuda_engine(t.cfg, &t.ckpt, 128, DeviceDType::F32, 0, 4, nullptr, 16);
     auto two = make_cuda_engine(t.cfg, &t.ckpt, 128, DeviceDType::F32, 0, 4, nullptr, 16, kTp);
     const std::vector<int> prompt = random_ids(40, t.cfg.vocab, 7);
@@ -114,6 +116,33 @@ TEST(TensorParallelGpu, ChunksBatchAndForkMatchOneGpu) {
         std::printf("  batch of 2 (one forked), step %d: logits rel-L2 %.2e against one GPU\n", step, d);
         EXPECT_LE(d, 1e-5) << "decode step " << step;
     }
+    const std::vector<int> text = random_ids(100, t.cfg.vocab, 8);   // scored in chunks of 16 rows
+    std::vector<float> scores[2];
+    for (int e = 0; e < 2; e++) {
+        engines[e]->reset();   // (the pool holds the sequences above)
+        scores[e] = engines[e]->score(engines[e]->new_sequence(), text);
+    }
+    ASSERT_EQ(scores[1].size(), text.size() - 1);
+    const double d = rel_l2(scores[1], scores[0]);
+    std::printf("  scoring %zu tokens: log-probabilities rel-L2 %.2e against one GPU\n", text.size(), d);
+    EXPECT_LE(d, 1e-5) << "scoring";
+}
+
+// What --tp 2 holds beyond one GPU's weights is what every rank keeps whole: the embedding and
+// the norms. The output layer is split by vocabulary, not copied (untied, fp32; each tensor's
+// start is aligned to 256 bytes, the slack allowed).
+TEST(TensorParallelGpu, OutputLayerIsSplitNotCopied) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"vocab_size", 301}, {"tie_word_embeddings", false}});
+    auto one = make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::F32, 0, 1, nullptr, 0);
+    auto two = make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::F32, 0, 1, nullptr, 0, kTp);
+    const size_t H = t.cfg.hidden, L = t.cfg.n_layers;
+    const size_t whole = sizeof(float) * (t.cfg.vocab * H + H + 2 * L * H);   // embedding, final and residual norms
+    const size_t slack = 256 * kTp * (3 + 8 * L);
+    const size_t extra = two->memory().weights - one->memory().weights;
+    EXPECT_GE(extra, whole);
+    EXPECT_LE(extra, whole + slack) << "the output layer (" << sizeof(float) * t.cfg.vocab * H << " bytes) held twice?";
 }
 
 // --tp asks for more GPUs than there are, or a split the heads do not allow: one-line errors.
