@@ -304,41 +304,86 @@ private:
 
     // Each layer's split tensors load whole into staging (in the full model's layout), then this
     // rank's slice of each is copied into place (FP8: into staging's end, then quantized). The
-    // other tensors load whole, straight into place (the output layer in FP8 as upload_fp8 does).
+    // output layer loads whole into staging too, and this rank keeps its vocabulary rows; the
+    // other tensors load whole, straight into place. With --dtype fp8, a linear weight stored in
+    // FP8 keeps its codes: they load whole into staging as bytes, and the slice of the codes and
+    // of their row scales is placed (place_codes) instead. (A tensor stored partly in FP8, e.g.
+    // q in FP8 and k, v not, loads dequantized and is quantized again after slicing.)
     void upload_shard(const Checkpoint& ck, LoadProgress* progress) {
         size_t total = 0;
-        for (const TensorView* v : checkpoint_views(ck, table_)) {
-            if (v->dtype == DType::F8_E4M3) fail("--tp: a checkpoint stored in FP8 cannot be split yet");
-            total += v->nbytes();
-        }
+        for (const TensorView* v : checkpoint_views(ck, table_)) total += v->nbytes();
         if (progress) progress->start(total);
         GpuLoadOptions part;
         part.part_of_load = true;
         DeviceBuffer<T> staging(staging_bytes() / sizeof(T));
         std::vector<std::vector<WeightSlot>> split(c_.n_layers);
         std::vector<WeightSlot> whole, head;
-        std::vector<void*> whole_dst, head_dst;
+        std::vector<void*> whole_dst;
         for (const WeightSlot& s : table_) {
             if (s.layer >= 0 && tp_split(s.param)) split[s.layer].push_back(s);
-            else if (s.param == Param::LmHead) head.push_back(s), head_dst.push_back(staging.p + s.offset());
+            else if (s.param == Param::LmHead) head.push_back(s);
             else whole.push_back(s), whole_dst.push_back(slot_ptr(s));
         }
         load_to_device(ck, whole, whole_dst, device_dtype<T>(), progress, part);
-        if (!head.empty()) load_to_device(ck, head, head_dst, device_dtype<T>(), progress, part);
-        place_vocab(head.empty() ? embed : staging.p);   // tied: the embedding is the output layer
+        if (head.empty()) place_vocab(embed);   // tied: the embedding is the output layer
+        else load_whole_and_place(ck, Param::LmHead, -1, head, staging.p, nullptr, progress, part);
         cudaCheck(cudaStreamSynchronize(stream_));
-        std::vector<T*> full;   // where each of kTpSplit lies whole in staging
         T* at = staging.p;
+        std::vector<T*> full;   // where each of kTpSplit lies whole in staging
         for (Param p : kTpSplit) full.push_back(at), at += param_shape(tp_.full, p).numel();
         for (int l = 0; l < c_.n_layers; l++) {
-            std::vector<void*> dst;
-            for (const WeightSlot& s : split[l])
-                dst.push_back(full[std::find(std::begin(kTpSplit), std::end(kTpSplit), s.param) - std::begin(kTpSplit)] + s.offset());
-            load_to_device(ck, split[l], dst, device_dtype<T>(), progress, part);
-            for (size_t i = 0; i < full.size(); i++) place_slice(kTpSplit[i], l, full[i], at);
+            for (size_t i = 0; i < full.size(); i++) {
+                std::vector<WeightSlot> slots;
+                for (const WeightSlot& s : split[l])
+                    if (s.param == kTpSplit[i]) slots.push_back(s);
+                if (!slots.empty())
+                    load_whole_and_place(ck, kTpSplit[i], l, slots, full[i], at, progress, part);
+            }
             cudaCheck(cudaStreamSynchronize(stream_));   // the staging buffer is reused by the next layer
         }
         if (progress) progress->finish();
+    }
+
+    // The checkpoint slots of engine tensor p (of layer l) into src, whole, then this rank's part
+    // into place (scratch: room for a slice in T, FP8 only). The engine in FP8 and every slot
+    // stored in FP8: the codes load as bytes and keep their scales (as_codes).
+    void load_whole_and_place(const Checkpoint& ck, Param p, int l, const std::vector<WeightSlot>& slots, T* src,
+                              T* scratch, LoadProgress* progress, const GpuLoadOptions& part) {
+        const bool as_codes = fp8_ && std::all_of(slots.begin(), slots.end(), [&](const WeightSlot& s) {
+                                  return ck.find(s.name)->dtype == DType::F8_E4M3;
+                              });
+        std::vector<void*> dst;
+        for (const WeightSlot& s : slots)
+            dst.push_back(as_codes ? (void*)(reinterpret_cast<uint8_t*>(src) + s.offset()) : (void*)(src + s.offset()));
+        load_to_device(ck, slots, dst, as_codes ? DeviceDType::FP8 : device_dtype<T>(), progress, part);
+        if (as_codes) {
+            std::vector<float> scales(param_shape(tp_.full, p).rows);   // every row's, in the full tensor's order
+            for (const WeightSlot& s : slots) {
+                const std::vector<float> f = fp8_row_scales(ck, s);
+                std::copy(f.begin(), f.end(), scales.begin() + s.row_offset);
+            }
+            place_codes(p, l, reinterpret_cast<const uint8_t*>(src), scales);
+        } else if (p == Param::LmHead) {
+            place_vocab(src);
+        } else {
+            place_slice(p, l, src, scratch);
+        }
+    }
+
+    // This rank's slice of FP8 codes, given whole in src [rows, cols] with each row's scale, into
+    // the engine's FP8 matrix of tensor p (of layer l): rows by tp_slice, each row padded to ld.
+    void place_codes(Param p, int l, const uint8_t* src, const std::vector<float>& row_scale) {
+        const TpSlice sl = tp_slice(tp_.full, p, tp_.rank, tp_.ranks);
+        const int64_t cols = param_shape(tp_.full, p).cols;
+        Fp8Matrix& m = p == Param::LmHead ? lm_head.f8 : linear_group(l)[place_in_group(p)]->f8;
+        std::vector<float> scale;   // the slice's rows' scales, in order
+        for (const TpRange& r : sl.rows) {
+            cudaCheck(cudaMemcpy2DAsync(m.q + (int64_t)scale.size() * m.ld, m.ld, src + r.first * cols + sl.cols.first, cols,
+                                        sl.cols.count, r.count, cudaMemcpyDeviceToDevice, stream_));
+            scale.insert(scale.end(), row_scale.begin() + r.first, row_scale.begin() + r.first + r.count);
+        }
+        cudaCheck(cudaMemcpyAsync(m.scale, scale.data(), scale.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+        cudaCheck(cudaStreamSynchronize(stream_));   // (scale is pageable host memory, freed on return)
     }
 
     // This rank's vocabulary rows of the output layer, given whole in src, into place (quantized
