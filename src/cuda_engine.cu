@@ -514,7 +514,7 @@ private:
         if (hook) {   // every position's logits, in temporary buffers (tests only, never in a graph)
             float *all = nullptr, *part = nullptr;
             cudaCheck(cudaMalloc(&all, sizeof(float) * rows * c_.vocab));
-            cudaCheck(cudaMalloc(&part, sizeof(float) * rows * c_.vocab));
+            if (tp_.ranks > 1) cudaCheck(cudaMalloc(&part, sizeof(float) * rows * c_.vocab));
             logits(all, xn_ + (size_t)first * H, rows, part);                   // [rows, V] fp32
             if (tp_.rank == 0) emit("logits", all, rows, c_.vocab, c_.vocab);
             cudaCheck(cudaFree(all));
