@@ -16,6 +16,7 @@
 #include "decoding.h"
 #include "generate_flags.h"
 #include "program_setup.h"
+#include "tensor_parallel.h"
 #include "threads.h"
 #include "output.h"
 #include "memory_check.h"
@@ -325,7 +326,14 @@ std::unique_ptr<Engine> build_engine(const Options& o, const Model& m, bool use_
     const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
     if (!use_cuda && o.tp > 1) fail("--tp " + std::to_string(o.tp) + ": there is no GPU to split the model over");
     if (!use_cuda) return make_cpu_engine(m.cfg, *m.ckpt, m.max_seq, kv_blocks, &progress);
-    return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress, o.tp);
+    try {
+        return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress, o.tp);
+    } catch (const Error& e) {   // too large for one GPU where there are several: say how to split it
+        const int n = o.tp == 1 && std::string(e.what()).rfind("needs ", 0) == 0 ? tp_suggestion(m.cfg, cuda_device_count()) : 0;
+        if (!n) throw;
+        fail(std::string(e.what()) + "; --tp " + std::to_string(n) + " splits the model over " + std::to_string(n) + " of the " +
+             std::to_string(cuda_device_count()) + " GPUs here");
+    }
 }
 
 int run(int argc, char** argv) {

@@ -19,6 +19,12 @@ std::string tp_unsupported_reason(const ModelConfig& c, int ranks) {
     return "";
 }
 
+int tp_suggestion(const ModelConfig& c, int gpus) {
+    for (int n = 2; n <= gpus; n++)
+        if (tp_unsupported_reason(c, n).empty()) return n;
+    return 0;
+}
+
 ModelConfig tp_shard_config(const ModelConfig& c, int ranks) {
     if (std::string why = tp_unsupported_reason(c, ranks); !why.empty()) fail(why);
     ModelConfig s = c;

@@ -30,6 +30,9 @@ namespace olmo {
 // Why `c` cannot be split over `ranks` GPUs, or "" when it can.
 std::string tp_unsupported_reason(const ModelConfig& c, int ranks);
 
+// The fewest GPUs, 2 .. gpus, that can split c (for a hint when it does not fit one), or 0.
+int tp_suggestion(const ModelConfig& c, int gpus);
+
 // The model one rank runs: c with nH/n heads, nKV/n KV heads and I/n intermediate channels.
 ModelConfig tp_shard_config(const ModelConfig& c, int ranks);
 

@@ -118,6 +118,19 @@ TEST(TpSlice, VocabularyRangesCoverEveryRowOnce) {
         }
 }
 
+// The --tp hint for a model too large for one GPU: the fewest GPUs present that split it.
+TEST(TpSlice, SuggestionIsTheFewestGpusThatSplit) {
+    ModelConfig c = split_config();   // 8 heads, 4 KV heads, I 96
+    EXPECT_EQ(tp_suggestion(c, 1), 0) << "one GPU: nothing to suggest";
+    EXPECT_EQ(tp_suggestion(c, 2), 2);
+    EXPECT_EQ(tp_suggestion(c, 8), 2);
+    c.n_kv_heads = 1;
+    EXPECT_EQ(tp_suggestion(c, 8), 0) << "one KV head splits over no GPUs";
+    c.n_heads = 6, c.n_kv_heads = 3;   // I 96: 3 divides all three, 2 does not divide 3 KV heads
+    EXPECT_EQ(tp_suggestion(c, 2), 0);
+    EXPECT_EQ(tp_suggestion(c, 4), 3);
+}
+
 // GQA: query head h reads KV head h / (nH/nKV); a rank's query heads read only its own KV heads.
 TEST(TpSlice, RanksHoldTheKvHeadsTheirQueriesRead) {
     const ModelConfig c = split_config();
