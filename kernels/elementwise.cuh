@@ -1,5 +1,5 @@
 // elementwise.cuh: the memory-bound ops with no reduction.
-// defines: ScaledRow, embedding, silu_times, swiglu, clip, convert
+// defines: ScaledRow, embedding, silu_times, swiglu, clip, copy_rows, convert
 //
 //   embedding  out[r, :] = table[ids[r], :]                      one block per row, a plain copy
 //   swiglu     out[r, i] = silu(gu[r, i]) * gu[r, I + i]          silu(g) = g / (1 + exp(-g))
@@ -140,6 +140,27 @@ template <typename T> void clip(T* x, int64_t n, float c, cudaStream_t stream) {
         clip_kernel<T, N><<<grid_blocks(n / N, threads), threads, 0, stream>>>(x, n / N, c);
     else
         clip_kernel<T, 1><<<grid_blocks(n, threads), threads, 0, stream>>>(x, n, c);
+    cudaCheckLaunch();
+}
+
+// ---- copy_rows ----
+
+// dst row (dst_rows ? dst_rows[i] : i) = src row (src_rows ? src_rows[i] : i) for i < n, rows of
+// `width` elements; a row index of -1 on either side skips row i. One block per row.
+template <typename T> __global__ void copy_rows_kernel(T* dst, const T* src, const int* dst_rows, const int* src_rows,
+                                                       int width) {
+    const int i = blockIdx.x;
+    const int d = dst_rows ? dst_rows[i] : i, s = src_rows ? src_rows[i] : i;
+    if (d < 0 || s < 0) return;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) dst[(int64_t)d * width + c] = src[(int64_t)s * width + c];
+}
+
+// Rows [n, width] between a paged pool and a packed buffer (context parallel's K/V exchange):
+// dst[dst_rows[i]] = src[src_rows[i]], either map null for "row i"; -1 skips a row.
+template <typename T> void copy_rows(T* dst, const T* src, const int* dst_rows, const int* src_rows, int n, int width,
+                                     cudaStream_t stream) {
+    if (n == 0) return;
+    copy_rows_kernel<T><<<n, 256, 0, stream>>>(dst, src, dst_rows, src_rows, width);
     cudaCheckLaunch();
 }
 

@@ -77,18 +77,32 @@ struct LayerCache {
         if (r_ != ncclSuccess) fail(std::string(__FILE__ ":") + std::to_string(__LINE__) + ": " #call ": " + ncclGetErrorString(r_)); \
     } while (0)
 
-// A tensor-parallel rank's link to the others (tensor_parallel.h): its shard, its NCCL
-// communicator, and the block tables, which the TpEngine driving the ranks keeps for them all.
+// The NCCL type of a storage type (the K/V rows context parallel exchanges).
+template <typename T> ncclDataType_t nccl_type() {
+    if constexpr (std::is_same_v<T, float>) return ncclFloat;
+    else if constexpr (std::is_same_v<T, __half>) return ncclHalf;
+    else return ncclBfloat16;
+}
+
+// A rank's link to the others when several GPUs run one model: tensor parallel (tensor_parallel.h,
+// TpEngine) holds a shard of it; context parallel (context_parallel.h, CpEngine) the whole model,
+// with a share of a long prompt's tokens (cp_ranks > 1). Its NCCL communicator, and the block
+// tables, which the engine driving the ranks keeps for them all.
 struct TpRank : TpShard {
     ncclComm_t comm = nullptr;
     const KvCache* kv = nullptr;
+    int cp_rank = 0, cp_ranks = 1;
 };
 
 template <typename T, typename G> class TpEngine;
+template <typename T, typename G> class CpEngine;
+template <typename T, typename G> class MultiGpuEngine;
 
 template <typename T, typename G>
 class CudaEngine : public Engine {
     friend class TpEngine<T, G>;
+    friend class CpEngine<T, G>;
+    friend class MultiGpuEngine<T, G>;
 public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
     // max_chunk: the most rows a prefill runs at once (0: choose_chunk).
@@ -97,7 +111,7 @@ public:
                LoadProgress* progress, int max_chunk, const TpRank& tp = {})
         : c_(c), max_batch_(max_batch), w_(c, ck, fp8, tp), tp_(tp) {
         init_kv(c, max_seq, kv_blocks);
-        kv_src_ = tp.ranks > 1 ? tp.kv : kv_.get();
+        kv_src_ = tp.kv ? tp.kv : kv_.get();
         stride_ = (max_seq_ + kv_src_->block_size() - 1) / kv_src_->block_size() + 1;
         layers_.resize(c.n_layers);
         chunk_ = max_chunk > 0 ? std::min(max_seq_, max_chunk) : choose_chunk();
@@ -279,6 +293,13 @@ private:
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
         meta_.place(b.take<int>(meta_.ints()));   // step metadata (step_meta.h), filled by one copy
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
+        if (tp_.cp_ranks > 1) {             // context parallel: the K/V exchange (exchange_kv)
+            const size_t N = tp_.cp_ranks;
+            for (int k = 0; k < 2; k++) cp_rows_[k] = b.take<int>(N * C);   // each rank's tokens' pool rows [N, C]
+            cp_pos0_ = b.take<int>(2);                                      // this rank's two chunks' first positions
+            cp_send_[0] = b.take<T>(C * KV), cp_send_[1] = b.take<T>(C * KV);           // its K, V rows [C, KV]
+            cp_recv_[0] = b.take<T>(N * C * KV), cp_recv_[1] = b.take<T>(N * C * KV);   // every rank's [N, C, KV]
+        }
         if (tp_.ranks > 1) {
             sumsq_ = b.take<float2>(std::max(chunk_, max_batch_));   // QK-norm sums [C]
             part_ = b.take<float>(std::max(max_batch_, kScoreRows) * V);   // the ranks' logits, gathered on rank 0
@@ -342,6 +363,51 @@ private:
             if (W.f8.q && rows <= kFp8GemvMaxRows) return fp8_gemv_swiglu(a, x, W.f8, rows, stream_);
         const PendingScale s = linear(gu_, x, W, rows);
         swiglu(a, gu_, rows, W.N / 2, stream_, s);
+    }
+
+    // ---- context parallel (cp_engine.cuh) ----
+
+    // This rank's share of one round of a prompt of sequence seq: tokens ids at positions pos, its
+    // two chunks (the first `split` of them in the first, starting at pos0[0]; the rest from
+    // pos0[1]); rows[kind][q·cmax + i]: the pool row of rank q's i-th token (-1 for this rank's
+    // own and past a rank's count). logits: on the rank that ends the prompt.
+    void cp_round(int seq, const std::vector<int>& ids, const std::vector<int>& pos, int split, int cmax,
+                  const std::vector<int> rows[2], const int pos0[2], uint64_t step, bool logits) {
+        meta_.upload(*kv_src_, ids, pos, {seq}, {step}, stream_);
+        for (int k = 0; k < 2; k++)   // (pageable: copied out before the call returns)
+            cudaCheck(cudaMemcpyAsync(cp_rows_[k], rows[k].data(), rows[k].size() * sizeof(int), cudaMemcpyHostToDevice, stream_));
+        cudaCheck(cudaMemcpyAsync(cp_pos0_, pos0, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+        cp_split_ = split, cp_cmax_ = cmax;
+        cp_round_ = true;   // (a prefill on this rank alone, e.g. rank 0's of a short prompt, exchanges nothing)
+        forward_rows((int)ids.size(), /*batch=*/1, /*prefill=*/true, logits ? Out::Logits : Out::CacheOnly);
+        cp_round_ = false;
+    }
+
+    // After layer L's RoPE has put this rank's n K/V rows in its pools: every rank's rows to every
+    // rank. Packed into [cmax, KV] (copy_rows), all-gathered into [N, cmax, KV], then each other
+    // rank's rows into their places in the pools.
+    void exchange_kv(const LayerCache<T>& L, int n) {
+        const int KV = c_.kv_dim(), N = tp_.cp_ranks;
+        T* pool[2] = {L.k_pool, L.v_pool};
+        for (int i = 0; i < 2; i++) copy_rows(cp_send_[i], pool[i], nullptr, meta_.rows[L.kind], n, KV, stream_);
+        ncclCheck(ncclGroupStart());
+        for (int i = 0; i < 2; i++)
+            ncclCheck(ncclAllGather(cp_send_[i], cp_recv_[i], (size_t)cp_cmax_ * KV, nccl_type<T>(), tp_.comm, stream_));
+        ncclCheck(ncclGroupEnd());
+        for (int i = 0; i < 2; i++) copy_rows(pool[i], cp_recv_[i], cp_rows_[L.kind], nullptr, N * cp_cmax_, KV, stream_);
+    }
+
+    // This rank's m query rows are two chunks of the prompt (cp_tokens), each attended as a
+    // prefill chunk of its own over every key before it (all in the cache after exchange_kv).
+    void attend_two_chunks(const AttnParams<T>& ap, int m) {
+        const int Q = c_.q_dim(), count[2] = {cp_split_, m - cp_split_};
+        for (int part = 0, r0 = 0; part < 2; r0 += count[part], part++) {
+            if (count[part] == 0) continue;
+            AttnParams<T> a = ap;
+            a.q = ap.q + (size_t)r0 * Q, a.out = ap.out + (size_t)r0 * Q, a.n_q = count[part], a.pos0 = cp_pos0_ + part;
+            if (count[part] > 1) attention_prefill(a, stream_);
+            else attention_decode(a, attn_ws_, stream_);
+        }
     }
 
     // Tensor parallel: x [n] (fp32) summed over the ranks, on every rank (in place).
@@ -471,6 +537,7 @@ private:
             }
             if (hook) rp.normed = qkv_;                                          // (the hook reads it there)
             rope_qkv(rp, stream_);                                               // q -> q_, k/v -> pool rows
+            if (cp_round_) exchange_kv(L, n);                                    // context parallel: every rank's K/V rows
             emit(name + "q", qkv_, n, Q, QKV);
             emit(name + "k", qkv_ + Q, n, KV, QKV);
             emit(name + "v", qkv_ + Q + KV, n, KV, QKV);
@@ -489,7 +556,8 @@ private:
             ap.nH = nH, ap.nKV = nKV, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
             ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
             ap.block_size = kv_src_->block_size();
-            if (prefill && m > 1) attention_prefill(ap, stream_);
+            if (cp_round_ && !prune) attend_two_chunks(ap, m);
+            else if (prefill && m > 1) attention_prefill(ap, stream_);
             else attention_decode(ap, attn_ws_, stream_);   // one row per sequence: splits of its keys fill the GPU
             emit(name + "attn", att_, n, Q, Q);
             float *x = x_ + r0 * H, *o = o_ + r0 * H;
@@ -585,12 +653,18 @@ private:
     const KvCache* kv_src_ = nullptr;     // the block tables: kv_, or the TpEngine's
     float2* sumsq_ = nullptr;             // tensor parallel: the QK-norm's sums of squares [C]
     float* part_ = nullptr;               // tensor parallel: the ranks' parts of the logits [B, V] (logits)
+    int* cp_rows_[2] = {};                // context parallel: every rank's tokens' pool rows, per kind [N, C]
+    int* cp_pos0_ = nullptr;              //   this rank's two chunks' first positions [2]
+    T *cp_send_[2] = {}, *cp_recv_[2] = {};   //   K, V rows: this rank's [C, KV], every rank's [N, C, KV]
+    int cp_split_ = 0, cp_cmax_ = 0;      //   rows in its first chunk; rows per rank in the exchange
+    bool cp_round_ = false;               //   inside cp_round (a forward whose rows are two chunks)
 };
 
 }  // namespace
 }  // namespace olmo
 
 #include "tp_engine.cuh"   // TpEngine: several GPUs, each running a CudaEngine on its shard
+#include "cp_engine.cuh"   // CpEngine: several GPUs sharing a long prompt, each with the whole model
 
 namespace olmo {
 
@@ -625,33 +699,36 @@ namespace {
 // One GPU's engine, or tp GPUs' (TpEngine).
 template <typename T, typename G>
 std::unique_ptr<Engine> build_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks,
-                                          int max_batch, bool fp8, LoadProgress* progress, int max_chunk, int tp) {
+                                          int max_batch, bool fp8, LoadProgress* progress, int max_chunk, int tp, int cp) {
+    if (cp > 1) return std::make_unique<CpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, cp);
     if (tp == 1) return std::make_unique<CudaEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk);
     return std::make_unique<TpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, tp);
 }
 }  // namespace
 
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt,
-                                         int kv_blocks, int max_batch, LoadProgress* progress, int max_chunk, int tp) {
+                                         int kv_blocks, int max_batch, LoadProgress* progress, int max_chunk, int tp, int cp) {
     if (!cuda_available()) fail("no CUDA device available");
     if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
-    if (tp > 1 && tp > cuda_device_count())
-        fail("--tp " + std::to_string(tp) + ": this machine has " + std::to_string(cuda_device_count()) + " GPU(s)");
+    if (tp > 1 && cp > 1) fail("--tp and --cp cannot be combined yet");
+    for (auto [n, flag] : {std::pair{tp, "--tp "}, std::pair{cp, "--cp "}})
+        if (n > 1 && n > cuda_device_count())
+            fail(flag + std::to_string(n) + ": this machine has " + std::to_string(cuda_device_count()) + " GPU(s)");
     if (std::string why = tp_unsupported_reason(c, tp); !why.empty()) fail(why);
     switch (dt) {
-        case DeviceDType::F32: return build_cuda_engine<float, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp);
-        case DeviceDType::F16: return build_cuda_engine<__half, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp);
+        case DeviceDType::F32: return build_cuda_engine<float, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp);
+        case DeviceDType::F16: return build_cuda_engine<__half, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp);
         case DeviceDType::FP8: {
             cudaDeviceProp p;
             cudaCheck(cudaGetDeviceProperties(&p, 0));
             if (p.major * 10 + p.minor < 89)
                 fail("--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or newer); this GPU is " +
                      std::to_string(p.major) + "." + std::to_string(p.minor));
-            return build_cuda_engine<__nv_bfloat16, float>(c, ck, max_seq, kv_blocks, max_batch, true, progress, max_chunk, tp);
+            return build_cuda_engine<__nv_bfloat16, float>(c, ck, max_seq, kv_blocks, max_batch, true, progress, max_chunk, tp, cp);
         }
         case DeviceDType::BF16: break;
     }
-    return build_cuda_engine<__nv_bfloat16, __nv_bfloat16>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp);
+    return build_cuda_engine<__nv_bfloat16, __nv_bfloat16>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp);
 }
 
 }  // namespace olmo

@@ -147,10 +147,12 @@ std::string cuda_unsupported_reason(const ModelConfig& c);
 // ckpt == nullptr: random weights (benchmarks at real sizes without a checkpoint).
 // max_batch: the most sequences one decode step may carry. max_chunk: the most rows a prefill
 // runs at once (0: the largest that memory allows, 4096 to 16384; the tests set a small one).
-// tp > 1: tensor parallel over GPUs 0 .. tp-1 through NCCL (tensor_parallel.h).
+// tp > 1: tensor parallel over GPUs 0 .. tp-1 through NCCL (tensor_parallel.h). cp > 1: context
+// parallel, a long prompt's prefill shared by GPUs 0 .. cp-1, each with the whole model
+// (context_parallel.h); not both.
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt,
                                          int kv_blocks = 0, int max_batch = 64, LoadProgress* progress = nullptr,
-                                         int max_chunk = 0, int tp = 1);
+                                         int max_chunk = 0, int tp = 1, int cp = 1);
 int cuda_device_count();   // 0 without CUDA
 
 }  // namespace olmo

@@ -325,11 +325,12 @@ std::unique_ptr<Engine> build_engine(const Options& o, const Model& m, bool use_
                                      const std::vector<std::vector<int>>& prompts, LoadProgress& progress) {
     const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
     if (!use_cuda && o.tp > 1) fail("--tp " + std::to_string(o.tp) + ": there is no GPU to split the model over");
+    if (!use_cuda && o.cp > 1) fail("--cp " + std::to_string(o.cp) + ": there is no GPU to share the prompt with");
     if (!use_cuda) return make_cpu_engine(m.cfg, *m.ckpt, m.max_seq, kv_blocks, &progress);
     try {
-        return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress, o.tp);
+        return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress, o.tp, o.cp);
     } catch (const Error& e) {   // too large for one GPU where there are several: say how to split it
-        const int n = o.tp == 1 && std::string(e.what()).rfind("needs ", 0) == 0 ? tp_suggestion(m.cfg, cuda_device_count()) : 0;
+        const int n = o.tp == 1 && o.cp == 1 && std::string(e.what()).rfind("needs ", 0) == 0 ? tp_suggestion(m.cfg, cuda_device_count()) : 0;
         if (!n) throw;
         fail(std::string(e.what()) + "; --tp " + std::to_string(n) + " splits the model over " + std::to_string(n) + " of the " +
              std::to_string(cuda_device_count()) + " GPUs here");

@@ -83,6 +83,9 @@ void add_engine_and_beam_flags(CLI::App& app, Options& o) {
     app.add_option("--tp", o.tp, "tensor parallel: split the model over this many GPUs (0 .. N-1) with NCCL, "
                    "heads and MLP channels per GPU; they must divide the head, KV-head and intermediate counts "
                    "(default 1)")->check(CLI::Range(1, 64));
+    app.add_option("--cp", o.cp, "context parallel: a long prompt's prefill shared by this many GPUs (0 .. N-1), "
+                   "each holding the whole model and, after the prompt, the whole KV cache; decode runs on GPU 0 "
+                   "(default 1)")->check(CLI::Range(1, 64));
     app.add_option("-c,--ctx-size,--max-seq-len", o.max_seq_len, "context: KV cache length in tokens, prompt + "
                    "generation (default: max_position_embeddings, capped at 4096)")->check(CLI::Range(1, 1 << 30));
     app.add_option("--beams", o.beams, "beam search with this many beams (1 = off, default); greedy scoring as "

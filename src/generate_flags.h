@@ -29,6 +29,7 @@ struct Options {
     float temperature = -1.0f, top_p = -1.0f, length_penalty = 1.0f, kv_pool_gb = 0.0f;
     int threads = 0, n_gpu_layers = -1;   // threads 0: one per physical core; -ngl -1: not given
     int tp = 1;                           // GPUs the model is split over (--tp)
+    int cp = 1;                           // GPUs a long prompt's prefill is shared by (--cp)
     uint64_t seed = 0;
     std::string seed_text = "0";   // --seed as given; check_flags() parses it into seed
     bool stats = false, output_ids = false, quiet = false, chat = false, verbose_prompt = false;

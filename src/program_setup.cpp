@@ -90,10 +90,11 @@ LoadProgress::Report progress_line(bool show) {
 
 std::unique_ptr<Engine> load_engine(bool use_cuda, const std::string& dtype, const ModelConfig& cfg,
                                     const Checkpoint* ckpt, int max_seq, int kv_blocks, int max_batch,
-                                    LoadProgress* progress, int tp) {
-    if (use_cuda) return make_cuda_engine(cfg, ckpt, max_seq, device_dtype(dtype), kv_blocks, max_batch, progress, 0, tp);
+                                    LoadProgress* progress, int tp, int cp) {
+    if (use_cuda) return make_cuda_engine(cfg, ckpt, max_seq, device_dtype(dtype), kv_blocks, max_batch, progress, 0, tp, cp);
     if (!ckpt) fail("random weights need the CUDA engine (--device cuda)");
     if (tp > 1) fail("--tp needs the CUDA engine (--device cuda)");
+    if (cp > 1) fail("--cp needs the CUDA engine (--device cuda)");
     return make_cpu_engine(cfg, *ckpt, max_seq, kv_blocks, progress);
 }
 

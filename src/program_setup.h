@@ -51,10 +51,11 @@ LoadProgress::Report progress_line(bool show);
 
 // The engine: CUDA with storage `dtype` (device_dtype's names), else the fp32 CPU reference.
 // ckpt null: random weights (CUDA only, benchmarks). kv_blocks 0: one sequence of max_seq
-// tokens; max_batch: sequences per decode step (CUDA); tp: GPUs to split the model over (CUDA).
+// tokens; max_batch: sequences per decode step (CUDA); tp: GPUs to split the model over, cp: GPUs
+// to share a long prompt's prefill (CUDA).
 std::unique_ptr<Engine> load_engine(bool use_cuda, const std::string& dtype, const ModelConfig& cfg,
                                     const Checkpoint* ckpt, int max_seq, int kv_blocks, int max_batch,
-                                    LoadProgress* progress, int tp = 1);
+                                    LoadProgress* progress, int tp = 1, int cp = 1);
 
 // A program's main(): OpenMP's passive waits set up (threads.h), then run(argc, argv), with any
 // error printed as one line "error: ..." on stderr and exit status 1. *doing, when given, names

@@ -35,13 +35,14 @@ TEST_F(Cli, HelpExplainsEveryFlag) {
                              "--stats", "--output-ids", "--random-weights", "--prompt-len", "--quiet", "--chat",
                              "--system", "--verbose-prompt", "--threads", "--n-gpu-layers", "--ctx-size", "--temp",
                              "--version", "generation_config.json", "physical core", "--min-p",
-                             "--repeat-penalty", "--stop", "--json", "--logprobs", "--tp"})
+                             "--repeat-penalty", "--stop", "--json", "--logprobs", "--tp", "--cp"})
         EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
 TEST_F(Cli, BadFlagValues) {
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids -n 0", "--max-new-tokens");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --tp 0", "--tp");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --cp 0", "--cp");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --tp 2", "--tp");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --temperature -1", "--temperature");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --top-p 0", "--top-p");

@@ -78,6 +78,18 @@ TEST_P(TpGolden, Fp8CloseToReference) {
     expect_logits_close(*eng, f, 2.5e-1, 2.5e-1, 3e-1, GetParam() + " tp2 fp8");
 }
 
+// --cp 2 (cp_engine.cuh): every fixture's prompt shared by two GPUs, each with the whole model,
+// then decoded on GPU 0 from the cache they filled together: fp32 within the golden bars (1e-4)
+// and the same greedy ids. (No head split, so OLMo-3's single KV head runs too.)
+TEST_P(TpGolden, ContextParallelFp32MatchesTransformers) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    Fixture f(GetParam());
+    auto eng = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::F32, 0, 64, nullptr, 0, 1, kTp);
+    expect_logits_close(*eng, f, 1e-4, 1e-4, 1e-4, GetParam() + " cp2 fp32");
+    const std::vector<int> want = to_i32(*f.golden.find("greedy_ids"));
+    EXPECT_EQ(greedy(*eng, to_i32(*f.golden.find("prompt_ids")), (int)want.size()), want);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, TpGolden, ::testing::ValuesIn(list_fixtures()),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TpGolden);
@@ -122,6 +134,38 @@ TEST(TensorParallelGpu, ChunksBatchAndForkMatchOneGpu) {
     const double d = rel_l2(scores[1], scores[0]);
     std::printf("  scoring %zu tokens: log-probabilities rel-L2 %.2e against one GPU\n", text.size(), d);
     EXPECT_LE(d, 1e-5) << "scoring";
+}
+
+// --cp 2 against one GPU (fp32, 1e-5): prompts of 1 to 300 tokens in chunks of 16 rows, so that
+// the longer ones take several rounds (at most 2 x 16 tokens each) and the shortest run on GPU 0
+// alone; then three decode steps on the cache the two GPUs filled. bf16 within 2e-2.
+TEST(TensorParallelGpu, ContextParallelMatchesOneGpu) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"vocab_size", 301}, {"max_position_embeddings", 320}});
+    for (auto [dt, bar] : {std::pair{DeviceDType::F32, 1e-5}, std::pair{DeviceDType::BF16, 2e-2}}) {
+        auto one = make_cuda_engine(t.cfg, &t.ckpt, 320, dt, 0, 4, nullptr, 16);
+        auto two = make_cuda_engine(t.cfg, &t.ckpt, 320, dt, 0, 4, nullptr, 16, 1, kTp);
+        for (int len : {1, 3, 4, 5, 33, 100, 300}) {
+            const std::vector<int> prompt = random_ids(len, t.cfg.vocab, len);
+            Engine* engines[2] = {one.get(), two.get()};
+            std::vector<float> logits[2];
+            int seq[2];
+            for (int e = 0; e < 2; e++) {
+                engines[e]->reset();
+                seq[e] = engines[e]->new_sequence();
+                logits[e] = engines[e]->prefill(seq[e], prompt);
+            }
+            double worst = rel_l2(logits[1], logits[0]);
+            for (int step = 0; step < 3; step++) {
+                for (int e = 0; e < 2; e++) logits[e] = engines[e]->decode({seq[e]}, {(step * 7 + len) % t.cfg.vocab});
+                worst = std::max(worst, rel_l2(logits[1], logits[0]));
+            }
+            std::printf("  cp2 %s, %d-token prompt: worst logits rel-L2 %.2e against one GPU\n",
+                        dt == DeviceDType::F32 ? "fp32" : "bf16", len, worst);
+            EXPECT_LE(worst, bar) << len << " tokens";
+        }
+    }
 }
 
 // What --tp 2 holds beyond one GPU's weights is what every rank keeps whole: the embedding and
