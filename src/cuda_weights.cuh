@@ -276,7 +276,8 @@ private:
         for (const TensorView* v : checkpoint_views(ck, table_)) total += v->nbytes();   // every check first
         if (progress) progress->start(total);
         GpuLoadOptions part;
-        part.part_of_load = true;
+        LoadBuffers buffers;   // one set for all the calls below
+        part.part_of_load = true, part.buffers = &buffers;
         DeviceBuffer<T> staging(staging_bytes() / sizeof(T));
         std::vector<std::vector<WeightSlot>> groups(c_.n_layers + 1), stored(c_.n_layers + 1);
         std::vector<WeightSlot> direct;
@@ -314,7 +315,8 @@ private:
         for (const TensorView* v : checkpoint_views(ck, table_)) total += v->nbytes();
         if (progress) progress->start(total);
         GpuLoadOptions part;
-        part.part_of_load = true;
+        LoadBuffers buffers;   // one set for all the calls below
+        part.part_of_load = true, part.buffers = &buffers;
         DeviceBuffer<T> staging(staging_bytes() / sizeof(T));
         std::vector<std::vector<WeightSlot>> split(c_.n_layers);
         std::vector<WeightSlot> whole, head;

@@ -40,6 +40,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include <cuda_fp8.h>
 
@@ -179,11 +180,6 @@ std::vector<Chunk> make_chunks(const std::vector<const TensorView*>& views, cons
 }
 
 // Host memory the GPU can DMA from (pinned), or device memory; freed at the end.
-struct Pinned {
-    char* p = nullptr;
-    explicit Pinned(size_t bytes) { cudaCheck(cudaMallocHost(&p, bytes)); }
-    ~Pinned() { cudaFreeHost(p); }
-};
 struct DeviceScratch {
     char* p = nullptr;
     explicit DeviceScratch(size_t bytes) { if (bytes) cudaCheck(cudaMalloc(&p, bytes)); }
@@ -338,6 +334,27 @@ struct JoinAll {
 
 }  // namespace
 
+LoadBuffers::~LoadBuffers() {
+    if (host_) cudaFreeHost(host_);
+    if (device_) cudaFree(device_);
+}
+char* LoadBuffers::host(size_t bytes) {
+    if (bytes > host_bytes_) {
+        if (host_) cudaCheck(cudaFreeHost(std::exchange(host_, nullptr)));
+        cudaCheck(cudaMallocHost(&host_, bytes));
+        host_bytes_ = bytes;
+    }
+    return host_;
+}
+char* LoadBuffers::device(size_t bytes) {
+    if (bytes > device_bytes_) {
+        if (device_) cudaCheck(cudaFree(std::exchange(device_, nullptr)));
+        cudaCheck(cudaMalloc(&device_, bytes));
+        device_bytes_ = bytes;
+    }
+    return device_;
+}
+
 void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, const std::vector<void*>& dst,
                     DeviceDType dt, LoadProgress* progress, const GpuLoadOptions& opt) {
     if (dst.size() != table.size()) fail("load_to_device: one destination per weight slot");
@@ -366,8 +383,10 @@ void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, 
     const int threads = (int)std::max<size_t>(1, std::min<size_t>(opt.threads > 0 ? opt.threads : std::min(8, cores),
                                                                   chunks.size()));
     const bool any_convert = std::any_of(chunks.begin(), chunks.end(), [](const Chunk& c) { return c.convert; });
-    Pinned staging(threads * buffers * size);                      // [threads][buffers][size]
-    DeviceScratch scratch(any_convert ? threads * size : 0);       // [threads][size]
+    LoadBuffers own;
+    LoadBuffers& bufs = opt.buffers ? *opt.buffers : own;
+    char* staging = bufs.host(threads * buffers * size);                          // [threads][buffers][size]
+    char* scratch = any_convert ? bufs.device(threads * size) : nullptr;          // [threads][size]
     Shared sh(chunks, dt, progress);
     cudaCheck(cudaGetDevice(&sh.device));
     // The workers' streams do not wait for the legacy default stream, so work the caller queued
@@ -378,8 +397,8 @@ void load_to_device(const Checkpoint& ck, const std::vector<WeightSlot>& table, 
         for (int w = 0; w < threads; w++)
             pool.threads.emplace_back([&, w] {
                 try {
-                    work(sh, staging.p + (size_t)w * buffers * size, buffers, size,
-                         scratch.p ? scratch.p + (size_t)w * size : nullptr);
+                    work(sh, staging + (size_t)w * buffers * size, buffers, size,
+                         scratch ? scratch + (size_t)w * size : nullptr);
                 } catch (...) {
                     std::lock_guard<std::mutex> lock(sh.mu);
                     if (!sh.error) sh.error = std::current_exception();
