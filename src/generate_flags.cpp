@@ -181,7 +181,9 @@ void check_flag_combinations(Options& o) {
         fail("--chat takes its messages from -p or stdin and prints text: it excludes --prompt-ids, --prompts-file, "
              "--prompt-file, --beams, --output-ids and --random-weights");
     if (!o.system.empty() && !o.chat) fail("--system needs --chat");
+    if (o.tp > 1 && o.cp > 1) fail("--tp and --cp cannot be combined yet");
     if (o.tp > 1 && o.device == "cpu") fail("--tp splits the model over GPUs: it needs the CUDA engine, not --device cpu");
+    if (o.cp > 1 && o.device == "cpu") fail("--cp shares a prompt between GPUs: it needs the CUDA engine, not --device cpu");
     if (o.n_gpu_layers < 0) return;
     std::fprintf(stderr, "note: -ngl/--n-gpu-layers: %s\n", o.n_gpu_layers > 0 ? "ignored: the whole model runs on the GPU "
                  "when there is one (--device cpu runs it on the CPU)" : "0 = no layer on the GPU: running on the CPU");

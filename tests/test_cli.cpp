@@ -43,7 +43,9 @@ TEST_F(Cli, BadFlagValues) {
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids -n 0", "--max-new-tokens");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --tp 0", "--tp");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --cp 0", "--cp");
-    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --tp 2", "--tp");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --tp 2", "--tp splits the model over GPUs");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --cp 2", "--cp shares a prompt between GPUs");
+    expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --tp 2 --cp 2", "--tp and --cp cannot be combined yet");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --temperature -1", "--temperature");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --top-p 0", "--top-p");
     expect_cli_error(model_ + "--prompt-ids 1,2 --output-ids --top-p 1.5", "--top-p");
