@@ -1,6 +1,8 @@
 // tp_engine.cuh: tensor parallel over several GPUs of one host (--tp N; tensor_parallel.h has the
 // split): one CudaEngine per GPU on its shard, each driven by a thread of its own, their partial
 // sums added with NCCL all-reduces inside their forward passes (cuda_engine.cu, all_reduce).
+// Also what context parallel (cp_engine.cuh) shares with it: the ranks' threads and communicators
+// (RankThreads, RankGroup) and the engine over several CudaEngines (MultiGpuEngine).
 // Included by cuda_engine.cu only, after the CudaEngine class.
 #pragma once
 
