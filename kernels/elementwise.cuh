@@ -4,6 +4,7 @@
 //   embedding  out[r, :] = table[ids[r], :]                      one block per row, a plain copy
 //   swiglu     out[r, i] = silu(gu[r, i]) * gu[r, I + i]          silu(g) = g / (1 + exp(-g))
 //   clip       x = clamp(x, -c, c)                                OLMo-1 clip_qkv, in place
+//   copy_rows  dst[dst_rows[i], :] = src[src_rows[i], :]          one block per row; context parallel's K/V exchange
 //   convert    out = in, from one dtype to another                 e.g. embeddings into the fp32 residual
 // swiglu reads gu in T or fp32 (the engine passes its fp32 GEMM output, whose FP8 scales may
 // still be pending: ScaledRow) and writes T; clip runs on any type (the engine's fp32 qkv).

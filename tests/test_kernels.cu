@@ -106,6 +106,37 @@ TYPED_TEST(Kernels, Clip) {
         }
 }
 
+// copy_rows (context parallel's K/V exchange): rows between a packed buffer and scattered pool
+// rows, one map null ("row i") or neither, a -1 skipping a row; every other row of dst keeps its
+// value (dst starts from other random values, not poison, so all of it is compared).
+TYPED_TEST(Kernels, CopyRows) {
+    using T = TypeParam;
+    const int pool = 40;
+    for (int width : {1, 7, 128, 1000})
+        for (int n : {1, 5, 33}) {
+            std::vector<int> rows(n), reversed(n);
+            for (int i = 0; i < n; i++) rows[i] = (i * 13 + 5) % pool;  // distinct pool rows
+            if (n > 1) rows[n / 2] = -1;
+            for (int i = 0; i < n; i++) reversed[i] = rows[n - 1 - i];
+            const std::vector<float> a = rounded<T>(randn((size_t)pool * width, this->rng));
+            const std::vector<float> b = rounded<T>(randn((size_t)pool * width, this->rng));
+            DeviceArray<int> d_rows(rows), d_reversed(reversed);
+            for (const char* mode : {"pack", "unpack", "both"}) {
+                const std::string m = mode;
+                const int* dst_rows = m == "pack" ? nullptr : d_rows.get();
+                const int* src_rows = m == "pack" ? d_rows.get() : m == "both" ? d_reversed.get() : nullptr;
+                DeviceArray<T> d_src(to_dtype<T>(a)), d_dst(to_dtype<T>(b));
+                copy_rows(d_dst.get(), d_src.get(), dst_rows, src_rows, n, width, 0);
+                std::vector<float> ref = b;
+                for (int i = 0; i < n; i++) {
+                    const int d = m == "pack" ? i : rows[i], s = m == "pack" ? rows[i] : m == "both" ? reversed[i] : i;
+                    if (d >= 0 && s >= 0) std::copy_n(a.begin() + (size_t)s * width, width, ref.begin() + (size_t)d * width);
+                }
+                expect_close(download_f32(d_dst), ref, kExact, this->name(fmt("copy_rows %s width=%d n=%d", mode, width, n)));
+            }
+        }
+}
+
 // ---- norms ----
 
 // Rows x H problems for the norms; `offset` shifts every pointer by one element (misaligned).
