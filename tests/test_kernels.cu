@@ -111,28 +111,31 @@ TYPED_TEST(Kernels, Clip) {
 // value (dst starts from other random values, not poison, so all of it is compared).
 TYPED_TEST(Kernels, CopyRows) {
     using T = TypeParam;
+    struct Maps {
+        const char* what;
+        std::vector<int> dst, src;  // empty: row i
+    };
     const int pool = 40;
     for (int width : {1, 7, 128, 1000})
         for (int n : {1, 5, 33}) {
-            std::vector<int> rows(n), reversed(n);
+            std::vector<int> rows(n);
             for (int i = 0; i < n; i++) rows[i] = (i * 13 + 5) % pool;  // distinct pool rows
             if (n > 1) rows[n / 2] = -1;
-            for (int i = 0; i < n; i++) reversed[i] = rows[n - 1 - i];
+            const std::vector<int> reversed(rows.rbegin(), rows.rend());
             const std::vector<float> a = rounded<T>(randn((size_t)pool * width, this->rng));
             const std::vector<float> b = rounded<T>(randn((size_t)pool * width, this->rng));
-            DeviceArray<int> d_rows(rows), d_reversed(reversed);
-            for (const char* mode : {"pack", "unpack", "both"}) {
-                const std::string m = mode;
-                const int* dst_rows = m == "pack" ? nullptr : d_rows.get();
-                const int* src_rows = m == "pack" ? d_rows.get() : m == "both" ? d_reversed.get() : nullptr;
+            for (const Maps& maps : {Maps{"pack", {}, rows}, Maps{"unpack", rows, {}}, Maps{"both", rows, reversed}}) {
+                DeviceArray<int> d_dst_rows(maps.dst), d_src_rows(maps.src);
                 DeviceArray<T> d_src(to_dtype<T>(a)), d_dst(to_dtype<T>(b));
-                copy_rows(d_dst.get(), d_src.get(), dst_rows, src_rows, n, width, 0);
+                copy_rows(d_dst.get(), d_src.get(), maps.dst.empty() ? nullptr : d_dst_rows.get(),
+                          maps.src.empty() ? nullptr : d_src_rows.get(), n, width, 0);
                 std::vector<float> ref = b;
                 for (int i = 0; i < n; i++) {
-                    const int d = m == "pack" ? i : rows[i], s = m == "pack" ? rows[i] : m == "both" ? reversed[i] : i;
+                    const int d = maps.dst.empty() ? i : maps.dst[i], s = maps.src.empty() ? i : maps.src[i];
                     if (d >= 0 && s >= 0) std::copy_n(a.begin() + (size_t)s * width, width, ref.begin() + (size_t)d * width);
                 }
-                expect_close(download_f32(d_dst), ref, kExact, this->name(fmt("copy_rows %s width=%d n=%d", mode, width, n)));
+                expect_close(download_f32(d_dst), ref, kExact,
+                             this->name(fmt("copy_rows %s width=%d n=%d", maps.what, width, n)));
             }
         }
 }
