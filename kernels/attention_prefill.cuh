@@ -1,18 +1,19 @@
 // attention_prefill.cuh: flash attention (FlashAttention-2) for a chunk of queries of one
 // sequence, on mma.sync tensor cores.
-// defines: attn::kPrefillBM, attn::kPrefillBN, attn::PrefillShape, attn::PrefillBlock, attn::prefill_block,
-//          attn::prefill_grid, attn::store_rows, attn::attention_prefill_kernel,
-//          attn::prefill_smem_bytes, attn::launch_prefill
+// defines: attn::kPrefillBM, attn::kPrefillBN, attn::PrefillShape, attn::PrefillBlock, attn::prefill_heads,
+//          attn::prefill_block, attn::prefill_grid, attn::store_rows,
+//          attn::attention_prefill_kernel, attn::prefill_smem_bytes, attn::launch_prefill
 //
-// A block owns BM = 128 query rows Q_b (the g = nH/nKV heads of one KV head, for BM/g tokens)
-// and never holds a score matrix: it walks the keys it can see in tiles of BN = 64,
+// A block owns BM = 128 query rows Q_b (h of the g = nH/nKV heads of one KV head, for BM/h
+// tokens; h = g unless g does not divide BM: prefill_heads) and never holds a score matrix:
+// it walks the keys it can see in tiles of BN = 64,
 //     for each tile j:  S = Q_b·K_jᵀ;  mask;  m, l, O updated by the online softmax;  O += P·V_j
 //     out_b = O / l
 // (the steps: attention_steps.cuh), so K and V are read once per block and the work is
 // 4·BM·keys·hd flops for 2·keys·hd·2 bytes of K/V.
 //
-//   Grid: nKV x query blocks, in groups of KV heads whose K/V fit in the L2 together, the latest
-//   tokens of a group first (prefill_block). At HD 64 and 128:
+//   Grid: nKV x g/h x query blocks, in groups of KV heads whose K/V fit in the L2 together, the
+//   latest tokens of a group first (prefill_block). At HD 64 and 128:
 //   4 warps, each 32 rows = 2 m-tiles, so every K/V fragment read from shared memory feeds 2
 //   mma. At HD 256 a warp's o would take 256 fp32 registers per lane that way, so the block has
 //   8 warps of 16 rows (one m-tile) instead: still 128 rows, so each K/V tile serves as many
@@ -50,8 +51,8 @@ struct PrefillShape {
 };
 
 // The query rows and keys of the prefill block, shared by this kernel and the Hopper one. The
-// grid (prefill_grid) is one row of nKV x query-blocks blocks, handed out in groups of KV heads
-// whose K and V fit together in kL2GroupKiB, so that the blocks resident at one time share
+// grid (prefill_grid) is one row of nKV x g/h x query-blocks blocks, handed out in groups of KV
+// heads whose K and V fit together in kL2GroupKiB, so that the blocks resident at one time share
 // them in the L2 (a 32/32-head S 16384 prefill's K/V come to 256 MB: all heads at once thrash
 // it); inside a group, the latest query blocks first: causal blocks at the end of the sequence
 // have the most work, so the light ones fill the tail (FlashAttention-3's LPT schedule).
@@ -66,22 +67,40 @@ struct PrefillBlock {
     }
 };
 constexpr int kL2GroupKiB = 32 << 10;  // about half the L2 of an H100 or H200
+
+// How many of the g query heads of a KV head share a block's BM rows (a set of heads). A chunk
+// shorter than BM tokens fills the rows with all g. A longer one takes the most that divide BM
+// (BM is a power of two: the largest power of two that divides g), so that no row is empty:
+// all g when g divides BM, else fewer, and the group's sets go to different blocks that read
+// the same K/V (g = 5, the 40/8 shape: one head of 128 tokens, not five of 25 = 125 rows, whose
+// diagonal also falls across two key tiles a fifth of the time: +3% there, docs/attention_notes.md).
+__host__ __device__ inline int prefill_heads(int g, int n_q, int bm) { return n_q < bm ? g : min(g & -g, bm); }
+
+// Block i of the grid: a set of `heads` query heads (set s: heads s·heads .. s·heads + heads-1,
+// of KV head s / (g/heads)) and BM/heads of their tokens. The integer work here runs in every
+// block before its first copy, so it is kept to a few divisions (at hd 64, S 4096, three more
+// cost 4%).
 template <int BM, typename T>
 __device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T>& p) {
-    const int g = p.nH / p.nKV, tokens = BM / g, blocks = gridDim.x / p.nKV;  // blocks: per KV head
+    const int g = p.nH / p.nKV, heads = prefill_heads(g, p.n_q, BM), tokens = BM / heads;
+    const int sets = g / heads, blocks = gridDim.x / (p.nKV * sets);  // blocks: per set of heads
     const int pos0 = p.pos0[0];
     // One KV head's K and V over pos0 + n_q keys, in KiB: 32-bit arithmetic, as every block of
     // the grid pays for it before its first copy (a 64-bit division cost 4% at hd 64, S 4096).
     const int head_kib = (pos0 + p.n_q) / 16 * p.hd * (int)sizeof(T) / 32;
-    const int group = min(p.nKV, max(1, kL2GroupKiB / max(head_kib, 1)));
-    const int head0 = (int)blockIdx.x / (group * blocks) * group, heads = min(group, p.nKV - head0);
-    const int i = (int)blockIdx.x - head0 * blocks;  // in the group: query block i / heads of head i % heads
-    const int t0 = (blocks - 1 - i / heads) * tokens, t_end = min(p.n_q, t0 + tokens);
+    const int group = min(p.nKV, max(1, kL2GroupKiB / max(head_kib, 1))) * sets;  // in sets of heads
+    const int set0 = (int)blockIdx.x / (group * blocks) * group, n = min(group, p.nKV * sets - set0);
+    const int i = (int)blockIdx.x - set0 * blocks;  // in the group: query block i / n of set set0 + i % n
+    const int set = set0 + i % n, t0 = (blocks - 1 - i / n) * tokens, t_end = min(p.n_q, t0 + tokens);
     const int pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
-    return {{g, head0 + i % heads, t0, (t_end - t0) * g}, pos0, pos_lo, pos_hi, visible_keys(pos_lo, pos_hi, p.window)};
+    const RowMap map{heads, set / sets, t0, (t_end - t0) * heads, 0, set * heads};
+    return {map, pos0, pos_lo, pos_hi, visible_keys(pos_lo, pos_hi, p.window)};
 }
 template <typename T>
-dim3 prefill_grid(const AttnParams<T>& p, int tokens) { return dim3((p.n_q + tokens - 1) / tokens * p.nKV); }
+dim3 prefill_grid(const AttnParams<T>& p, int bm) {
+    const int heads = prefill_heads(p.nH / p.nKV, p.n_q, bm), tokens = bm / heads;
+    return dim3((p.n_q + tokens - 1) / tokens * (p.nH / heads));
+}
 
 // out = o / l for a warp's MT m-tiles from block row row0, with l summed over the 4 lanes that
 // share a row. Rows past map.rows and dims past hd (a padded tile) are not stored.
@@ -163,14 +182,13 @@ constexpr int prefill_smem_bytes() {
 template <typename T, int HD, int BN = kPrefillBN>
 void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     using Shape = PrefillShape<HD>;
-    const int g = p.nH / p.nKV, tokens = kPrefillBM / g;
-    if (tokens == 0) fail("attention_prefill: more than 128 query heads per KV head");
+    if (p.nH / p.nKV > kPrefillBM) fail("attention_prefill: more than 128 query heads per KV head");
     constexpr auto kernel = attention_prefill_kernel<T, HD, BN>;
     constexpr int smem = prefill_smem_bytes<HD, BN>();
     static_assert(smem <= kMaxSmemBytes && (smem + kSmemReservedBytes) * Shape::MIN_BLOCKS <= kSmemPerSmBytes,
                   "MIN_BLOCKS blocks fit in an SM's shared memory");
     allow_smem<kernel>(smem);
-    kernel<<<prefill_grid(p, tokens), Shape::THREADS, smem, stream>>>(p);
+    kernel<<<prefill_grid(p, kPrefillBM), Shape::THREADS, smem, stream>>>(p);
     cudaCheckLaunch();
 }
 

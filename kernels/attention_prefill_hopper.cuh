@@ -4,8 +4,8 @@
 //          attn::zero_rows_from, attn::attention_prefill_hopper_kernel,
 //          attn::hopper_prefill_head_dim, attn::launch_prefill_hopper
 //
-// The math is that of attention_prefill.cuh: a block owns BM = 128 query rows (the g heads of
-// one KV head, for 128/g tokens) and walks the keys it can see in tiles K_j, V_j of BN keys:
+// The math is that of attention_prefill.cuh: a block owns BM = 128 query rows (h heads of one
+// KV head, for 128/h tokens: prefill_heads) and walks the keys it can see in tiles K_j, V_j of BN keys:
 //     S = Q·K_jᵀ;  mask;  online softmax (m, l, P);  O = O·2^(c·(m - m')) + P·V_j;   out = O / l
 // What changes is who does what:
 //   producer   warp 0 of warpgroup 0 (the other three leave at once, and the group hands most of
@@ -81,7 +81,7 @@ struct HopperShape {
 template <typename T>
 struct HopperArgs {
     AttnParams<T> p;
-    CUtensorMap q;   // [n_q, nH, hd]: boxes of 64 dims x g heads x 128/g tokens
+    CUtensorMap q;   // [n_q, nH, hd]: boxes of 64 dims x h heads x 128/h tokens (h: prefill_heads)
     CUtensorMap k;   // the K pool [rows, nKV*hd]: boxes of 64 dims x box_rows rows
     CUtensorMap v;   // the V pool, alike
     CUtensorMap k_tile, v_tile;  // the same pools in boxes of 64 dims x BN rows: a whole tile of
@@ -133,7 +133,7 @@ __device__ __forceinline__ void hopper_produce(const HopperArgs<T>& args, const 
     if (lane == 0) {
         mbar_arrive_expect_tx(sm.q_full(), Shape::BM / map.g * map.g * HD * 2);
         for (int c = 0; c < HD / 64; c++)
-            tma_load_3d(sm.q().panel(c), &args.q, c * 64, map.kvh * map.g, map.t0, sm.q_full());
+            tma_load_3d(sm.q().panel(c), &args.q, c * 64, map.h0, map.t0, sm.q_full());
     }
     const Pages pg = pages_of(args.p, 0);
     const int box = args.box_rows, pages = BN / box;
@@ -354,15 +354,16 @@ template <typename T, int HD>
 void launch_prefill_hopper(const AttnParams<T>& p, cudaStream_t stream) {
     static_assert(!std::is_same_v<T, float>, "16-bit operands");
     using Shape = HopperShape<HD>;
-    const int g = p.nH / p.nKV, tokens = Shape::BM / g;
-    if (tokens == 0) fail("attention_prefill: more than 128 query heads per KV head");
+    const int g = p.nH / p.nKV;
+    if (g > Shape::BM) fail("attention_prefill: more than 128 query heads per KV head");
+    const int heads = prefill_heads(g, p.n_q, Shape::BM), tokens = Shape::BM / heads;  // a block's Q tile
     const bool half = std::is_same_v<T, __half>;
     HopperArgs<T> a;
     a.p = p;
     a.box_rows = std::min(p.block_size, Shape::BN);
     const uint64_t q_dims[3] = {(uint64_t)HD, (uint64_t)p.nH, (uint64_t)p.n_q};
     const uint64_t q_strides[2] = {HD * 2ull, (uint64_t)p.nH * HD * 2};
-    const uint32_t q_box[3] = {64, (uint32_t)g, (uint32_t)tokens};
+    const uint32_t q_box[3] = {64, (uint32_t)heads, (uint32_t)tokens};
     a.q = tensor_map(p.q, 3, q_dims, q_strides, q_box, half);
     // The pools' row count is not known here; rows are < 2^31 (attention_params.cuh), and only
     // the rows of the sequence's table are read.
@@ -376,7 +377,7 @@ void launch_prefill_hopper(const AttnParams<T>& p, cudaStream_t stream) {
     a.v_tile = tensor_map(p.v, 2, kv_dims, kv_strides, tile_box, half);
     constexpr auto kernel = attention_prefill_hopper_kernel<T, HD>;
     allow_smem<kernel>(Shape::kSmem);
-    kernel<<<prefill_grid(p, tokens), Shape::THREADS, Shape::kSmem, stream>>>(a);
+    kernel<<<prefill_grid(p, Shape::BM), Shape::THREADS, Shape::kSmem, stream>>>(a);
     cudaCheckLaunch();
 }
 

@@ -92,15 +92,16 @@ __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD>
     });
 }
 
-// Rows of a query tile are (token, head) pairs. The g = nH/nKV query heads that share KV head
-// `kvh` sit side by side, row r = token t0 + r/g, head kvh*g + r%g, so every K/V tile a block
-// loads serves the whole group (GQA). Only the first `rows` rows are real. A decode tile that
-// holds only part of a larger group starts at row r0 of that packing (attention_decode.cuh).
+// Rows of a query tile are (token, head) pairs: g query heads that share KV head `kvh`, from
+// head h0, sit side by side, row r = token t0 + r/g, head h0 + r%g, so every K/V tile a block
+// loads serves them all (GQA). Usually they are the whole group, g = nH/nKV and h0 = kvh*g; a
+// long prefill may take fewer (prefill_heads). Only the first `rows` rows are real. A decode
+// tile that holds only part of a larger group starts at row r0 of that packing (attention_decode.cuh).
 struct RowMap {
-    int g, kvh, t0, rows, r0 = 0;
+    int g, kvh, t0, rows, r0 = 0, h0 = kvh * g;
     __device__ int local_token(int r) const { return (r0 + r) / g; }   // token of row r, from t0
     __device__ int token(int r) const { return t0 + local_token(r); }
-    __device__ int head(int r) const { return kvh * g + (r0 + r) % g; }
+    __device__ int head(int r) const { return h0 + (r0 + r) % g; }
 };
 
 // Starts copying the query rows of `map` into a tile; rows past map.rows and dims past hd are

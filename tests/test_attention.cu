@@ -85,6 +85,7 @@ const std::vector<Case> kPrefillCases = {
     {{0}, 515, 4, 4, 128, 0, 515, 128},        // many full tiles, s_cap == n_q, blocks > a tile
     {{3}, 129, 2, 1, 64, 0, 140, 64},          // GQA 2 with a single KV head, block == tile
     {{1000}, 300, 16, 2, 128, 256, 1400, 16},  // chunk at pos0 1000, window 256 (OLMo-3-like)
+    {{9}, 200, 12, 2, 64, 0, 220, 16},         // GQA 6 over 128 tokens: blocks of 2 heads (prefill_heads)
 };
 
 // `batch` random lengths in 1 .. max_len (positions of the one query: length - 1).
@@ -443,7 +444,26 @@ const std::vector<Case> kHopperCases = {
     {{60}, 700, 4, 4, 64, 0, 800, 8, true},     // the same at an offset, hd 64, pages of 8
     {{0}, 600, 10, 2, 256, 0, 600, 16, true},   // hd 256 (tiles of 64 keys), GQA 5
     {{100}, 900, 8, 8, 128, 300, 1000, 16, true},  // a window: the released pages are copied apart
+    {{0}, 700, 10, 2, 128, 0, 700, 16, true},   // GQA 5 over 128 tokens: blocks of one head (prefill_heads)
+    {{40}, 300, 12, 2, 128, 90, 400, 16},       // GQA 6: blocks of 2 heads, 3 per KV head; window
+    {{0}, 333, 6, 2, 64, 0, 333, 32},           // GQA 3, hd 64
+    {{5}, 260, 7, 1, 128, 0, 300, 16},          // GQA 7 with a single KV head
 };
+
+// How many heads of a KV head share a prefill block's 128 rows: all of them for a chunk of
+// fewer than 128 tokens; for longer ones, the most that divide 128, so that no row is empty.
+TEST(AttentionArgs, PrefillHeadsFillTheRows) {
+    for (int g : {1, 2, 4, 8}) EXPECT_EQ(attn::prefill_heads(g, 4096, 128), g);
+    EXPECT_EQ(attn::prefill_heads(5, 4096, 128), 1);
+    EXPECT_EQ(attn::prefill_heads(6, 128, 128), 2);
+    EXPECT_EQ(attn::prefill_heads(12, 300, 128), 4);
+    EXPECT_EQ(attn::prefill_heads(5, 127, 128), 5);
+    for (int g = 1; g <= 16; g++) {  // long chunks: full rows; the group splits into whole sets
+        const int h = attn::prefill_heads(g, 1000, 128);
+        EXPECT_EQ(128 % h, 0);
+        EXPECT_EQ(g % h, 0);
+    }
+}
 
 template <typename T>
 class AttentionHopper : public ::testing::Test {};
