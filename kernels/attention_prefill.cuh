@@ -79,7 +79,8 @@ __host__ __device__ inline int prefill_heads(int g, int n_q, int bm) { return n_
 // Block i of the grid: a set of `heads` query heads (set s: heads s·heads .. s·heads + heads-1,
 // of KV head s / (g/heads)) and BM/heads of their tokens. The integer work here runs in every
 // block before its first copy, and at hd 64, S 4096 (short blocks) each division shows: a first
-// version with six more than before sets of heads cost 4% there, this one with two more 2%.
+// version of the sets of heads, with six divisions more than before, cost 4% there; this one,
+// with two more, 2%.
 template <int BM, typename T>
 __device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T>& p) {
     const int g = p.nH / p.nKV, heads = prefill_heads(g, p.n_q, BM), tokens = BM / heads;
