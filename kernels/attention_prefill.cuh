@@ -1,7 +1,7 @@
 // attention_prefill.cuh: flash attention (FlashAttention-2) for a chunk of queries of one
 // sequence, on mma.sync tensor cores.
 // defines: attn::kPrefillBM, attn::kPrefillBN, attn::PrefillShape, attn::PrefillBlock, attn::prefill_heads,
-//          attn::prefill_block, attn::prefill_grid, attn::store_rows,
+//          attn::PrefillSchedule, attn::prefill_schedule, attn::prefill_grid, attn::prefill_block, attn::store_rows,
 //          attn::attention_prefill_kernel, attn::prefill_smem_bytes, attn::launch_prefill
 //
 // A block owns BM = 128 query rows Q_b (h of the g = nH/nKV heads of one KV head, for BM/h
@@ -29,6 +29,7 @@
 //   Registers: o (16·MT x HD / 32 lanes = 128 fp32 at HD 128 and 256) + s (MT·BN/2 fp32): at
 //   most 255 per thread, without spills.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -74,33 +75,41 @@ constexpr int kL2GroupKiB = 32 << 10;  // about half the L2 of an H100 or H200
 // all g when g divides BM, else fewer, and the group's sets go to different blocks that read
 // the same K/V (g = 5, the 40/8 shape: one head of 128 tokens, not five of 25 = 125 rows, whose
 // diagonal also falls across two key tiles a fifth of the time: +3% there, docs/attention_notes.md).
-__host__ __device__ inline int prefill_heads(int g, int n_q, int bm) { return n_q < bm ? g : min(g & -g, bm); }
+inline int prefill_heads(int g, int n_q, int bm) { return n_q < bm ? g : std::min(g & -g, bm); }
 
-// Block i of the grid: a set of `heads` query heads (set s: heads s·heads .. s·heads + heads-1,
-// of KV head s / (g/heads)) and BM/heads of their tokens. The integer work here runs in every
-// block before its first copy, and at hd 64, S 4096 (short blocks) each division shows: a first
-// version of the sets of heads, with six divisions more than before, cost 4% there; this one,
-// with two more, 2%.
-template <int BM, typename T>
-__device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T>& p) {
-    const int g = p.nH / p.nKV, heads = prefill_heads(g, p.n_q, BM), tokens = BM / heads;
-    const int sets = g / heads, blocks = gridDim.x / (p.nKV * sets);  // blocks: per set of heads
+// How a prefill's blocks share out its rows, worked out once on the host (prefill_schedule): a
+// block then only finds its own part (prefill_block), and every division there runs in every
+// block before its first copy, which shows at hd 64, S 4096 (short blocks: a version that did
+// six more divisions there cost 4%).
+struct PrefillSchedule {
+    int heads;   // query heads per block (prefill_heads)
+    int tokens;  // tokens per block: BM / heads
+    int sets;    // sets of heads per KV head: g / heads
+    int blocks;  // query blocks per set of heads
+};
+template <typename T>
+PrefillSchedule prefill_schedule(const AttnParams<T>& p, int bm) {
+    const int g = p.nH / p.nKV, heads = prefill_heads(g, p.n_q, bm), tokens = bm / heads;
+    return {heads, tokens, g / heads, (p.n_q + tokens - 1) / tokens};
+}
+inline dim3 prefill_grid(const PrefillSchedule& s, int nKV) { return dim3(s.blocks * s.sets * nKV); }
+
+// Block blockIdx.x of the grid: a set of heads (set s: query heads s·heads .. s·heads + heads-1,
+// of KV head s / sets) and `tokens` of their tokens.
+template <typename T>
+__device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T>& p, const PrefillSchedule& s) {
     const int pos0 = p.pos0[0];
     // One KV head's K and V over pos0 + n_q keys, in KiB: 32-bit arithmetic, as every block of
     // the grid pays for it before its first copy (a 64-bit division cost 4% at hd 64, S 4096).
     const int head_kib = (pos0 + p.n_q) / 16 * p.hd * (int)sizeof(T) / 32;
-    const int group = min(p.nKV, max(1, kL2GroupKiB / max(head_kib, 1))) * sets;  // in sets of heads
-    const int set0 = (int)blockIdx.x / (group * blocks) * group, n = min(group, p.nKV * sets - set0);
-    const int i = (int)blockIdx.x - set0 * blocks;  // in the group: query block i / n of set set0 + i % n
-    const int set = set0 + i % n, t0 = (blocks - 1 - i / n) * tokens, t_end = min(p.n_q, t0 + tokens);
+    const int group = min(p.nKV, max(1, kL2GroupKiB / max(head_kib, 1))) * s.sets;  // in sets of heads
+    const int set0 = (int)blockIdx.x / (group * s.blocks) * group, n = min(group, p.nKV * s.sets - set0);
+    const int i = (int)blockIdx.x - set0 * s.blocks;  // in the group: query block i / n of set set0 + i % n
+    const int set = set0 + i % n, t0 = (s.blocks - 1 - i / n) * s.tokens, t_end = min(p.n_q, t0 + s.tokens);
+    const int kvh = s.sets == 1 ? set : set / s.sets;  // (a division saved where it is by 1)
     const int pos_lo = pos0 + t0, pos_hi = pos0 + t_end - 1;
-    const RowMap map{heads, set / sets, t0, (t_end - t0) * heads, 0, set * heads};
+    const RowMap map{s.heads, kvh, t0, (t_end - t0) * s.heads, 0, set * s.heads};
     return {map, pos0, pos_lo, pos_hi, visible_keys(pos_lo, pos_hi, p.window)};
-}
-template <typename T>
-dim3 prefill_grid(const AttnParams<T>& p, int bm) {
-    const int heads = prefill_heads(p.nH / p.nKV, p.n_q, bm), tokens = bm / heads;
-    return dim3((p.n_q + tokens - 1) / tokens * (p.nH / heads));
 }
 
 // out = o / l for a warp's MT m-tiles from block row row0, with l summed over the 4 lanes that
@@ -127,7 +136,7 @@ __device__ __forceinline__ void store_rows(const AttnParams<T>& p, const RowMap&
 
 template <typename T, int HD, int BN>
 __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::MIN_BLOCKS)
-    attention_prefill_kernel(const AttnParams<T> p) {
+    attention_prefill_kernel(const AttnParams<T> p, const PrefillSchedule sched) {
     using Shape = PrefillShape<HD>;
     constexpr int BM = kPrefillBM, MT = Shape::MT, WM = 16 * MT, THREADS = Shape::THREADS, NT = BN / 8, DT = HD / 8;
     extern __shared__ __align__(128) uint4 smem[];
@@ -136,7 +145,7 @@ __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::M
     auto v_stage = [&](int s) { return sq.rows_from(BM + (2 * s + 1) * BN); };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-    const PrefillBlock blk = prefill_block<BM>(p);
+    const PrefillBlock blk = prefill_block(p, sched);
     const RowMap& map = blk.map;
     const KeyRange keys = blk.keys;
     const int tile_lo = keys.lo / BN, tile_hi = (keys.hi - 1) / BN;
@@ -189,7 +198,8 @@ void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     static_assert(smem <= kMaxSmemBytes && (smem + kSmemReservedBytes) * Shape::MIN_BLOCKS <= kSmemPerSmBytes,
                   "MIN_BLOCKS blocks fit in an SM's shared memory");
     allow_smem<kernel>(smem);
-    kernel<<<prefill_grid(p, kPrefillBM), Shape::THREADS, smem, stream>>>(p);
+    const PrefillSchedule sched = prefill_schedule(p, kPrefillBM);
+    kernel<<<prefill_grid(sched, p.nKV), Shape::THREADS, smem, stream>>>(p, sched);
     cudaCheckLaunch();
 }
 

@@ -87,6 +87,7 @@ struct HopperArgs {
     CUtensorMap k_tile, v_tile;  // the same pools in boxes of 64 dims x BN rows: a whole tile of
                                  // pages that lie one after another in the pool, in one copy
     int box_rows;  // min(block_size, BN): one page (or one tile of a larger page) per copy
+    PrefillSchedule sched;  // which rows each block takes (prefill_block)
 };
 
 // Zeroes rows r0 .. BN-1 of every panel of a K/V tile (whole rows, so the swizzle does not matter),
@@ -325,7 +326,7 @@ __global__ void __launch_bounds__(HopperShape<HD>::THREADS, 1)
     using Shape = HopperShape<HD>;
     extern __shared__ __align__(128) uint4 smem[];
     const HopperSmem<HD> sm{((uint32_t)__cvta_generic_to_shared(smem) + 1023) & ~1023u};
-    const PrefillBlock blk = prefill_block<Shape::BM>(args.p);
+    const PrefillBlock blk = prefill_block(args.p, args.sched);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x == 0) {
         mbar_init(sm.q_full(), 1);
@@ -354,16 +355,16 @@ template <typename T, int HD>
 void launch_prefill_hopper(const AttnParams<T>& p, cudaStream_t stream) {
     static_assert(!std::is_same_v<T, float>, "16-bit operands");
     using Shape = HopperShape<HD>;
-    const int g = p.nH / p.nKV;
-    if (g > Shape::BM) fail("attention_prefill: more than 128 query heads per KV head");
-    const int heads = prefill_heads(g, p.n_q, Shape::BM), tokens = Shape::BM / heads;  // a block's Q tile
+    if (p.nH / p.nKV > Shape::BM) fail("attention_prefill: more than 128 query heads per KV head");
+    const PrefillSchedule sched = prefill_schedule(p, Shape::BM);
     const bool half = std::is_same_v<T, __half>;
     HopperArgs<T> a;
     a.p = p;
     a.box_rows = std::min(p.block_size, Shape::BN);
+    a.sched = sched;
     const uint64_t q_dims[3] = {(uint64_t)HD, (uint64_t)p.nH, (uint64_t)p.n_q};
     const uint64_t q_strides[2] = {HD * 2ull, (uint64_t)p.nH * HD * 2};
-    const uint32_t q_box[3] = {64, (uint32_t)heads, (uint32_t)tokens};
+    const uint32_t q_box[3] = {64, (uint32_t)sched.heads, (uint32_t)sched.tokens};
     a.q = tensor_map(p.q, 3, q_dims, q_strides, q_box, half);
     // The pools' row count is not known here; rows are < 2^31 (attention_params.cuh), and only
     // the rows of the sequence's table are read.
@@ -377,7 +378,7 @@ void launch_prefill_hopper(const AttnParams<T>& p, cudaStream_t stream) {
     a.v_tile = tensor_map(p.v, 2, kv_dims, kv_strides, tile_box, half);
     constexpr auto kernel = attention_prefill_hopper_kernel<T, HD>;
     allow_smem<kernel>(Shape::kSmem);
-    kernel<<<prefill_grid(p, Shape::BM), Shape::THREADS, Shape::kSmem, stream>>>(a);
+    kernel<<<prefill_grid(sched, p.nKV), Shape::THREADS, Shape::kSmem, stream>>>(a);
     cudaCheckLaunch();
 }
 
