@@ -111,6 +111,14 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], RowPos row_po
         }
 }
 
+// The maximum of x[i0 .. i0+N-1] as a tree of depth ceil(log2 N): a chain of N dependent maxima
+// would wait on each one's latency.
+template <int N, int M>
+__device__ __forceinline__ float max_tree(const float (&x)[M], int i0 = 0) {
+    if constexpr (N == 1) return x[i0];
+    else return fmaxf(max_tree<N / 2>(x, i0), max_tree<N - N / 2>(x, i0 + N / 2));
+}
+
 // Online softmax (FlashAttention-2), per row, with c = scale·log2(e) so exp(scale·x) = 2^(c·x):
 //   m' = max(m, max_j s_j)                 running max of the raw scores
 //   p_j = 2^(c·s_j - c·m')                 this tile's probabilities (overwrite s)
@@ -133,24 +141,26 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[MT][NT][4], float (&m)
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            float mx = m[mt][half];
+            // The lane's maximum (max_tree) and its sum in four parts: short chains of dependent steps.
+            float t[NT];
 #pragma unroll
-            for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
+            for (int n = 0; n < NT; n++) t[n] = fmaxf(s[mt][n][2 * half], s[mt][n][2 * half + 1]);
+            float mx = fmaxf(m[mt][half], max_tree<NT>(t));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float ref = mx == -INFINITY ? 0.0f : mx * c;
             same = same && mx == m[mt][half];
             corr[mt][half] = mx == m[mt][half] ? 1.0f : exp2_approx(m[mt][half] * c - ref);
             m[mt][half] = mx;
-            float sum = 0.0f;
+            float sum[4] = {};
 #pragma unroll
             for (int n = 0; n < NT; n++)
 #pragma unroll
                 for (int i = 2 * half; i < 2 * half + 2; i++) {
                     s[mt][n][i] = exp2_approx(fmaf(s[mt][n][i], c, -ref));
-                    sum += s[mt][n][i];
+                    sum[(n * 2 + i) % 4] += s[mt][n][i];
                 }
-            l[mt][half] = l[mt][half] * corr[mt][half] + sum;
+            l[mt][half] = l[mt][half] * corr[mt][half] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
         }
     return __all_sync(0xffffffffu, same);
 }
