@@ -70,12 +70,13 @@ struct PrefillBlock {
 constexpr int kL2GroupKiB = 32 << 10;  // about half the L2 of an H100 or H200
 
 // How many of the g query heads of a KV head share a block's BM rows (a set of heads). A chunk
-// shorter than BM tokens fills the rows with all g. A longer one takes the most that divide BM
-// (BM is a power of two: the largest power of two that divides g), so that no row is empty:
-// all g when g divides BM, else fewer, and the group's sets go to different blocks that read
-// the same K/V (g = 5, the 40/8 shape: one head of 128 tokens, not five of 25 = 125 rows, whose
-// diagonal also falls across two key tiles a fifth of the time: +3% there, docs/attention_notes.md).
-inline int prefill_heads(int g, int n_q, int bm) { return n_q < bm ? g : std::min(g & -g, bm); }
+// shorter than BM tokens fills the rows with all g (when they fit). A longer one takes the most
+// that divide BM (BM is a power of two: the largest power of two that divides g, at most BM), so
+// that no row is empty: all g when g divides BM, else fewer, and the group's sets go to
+// different blocks that read the same K/V (g = 5, the 40/8 shape: one head of 128 tokens, not
+// five of 25 = 125 rows, whose diagonal also falls across two key tiles a fifth of the time: +3%
+// there, docs/attention_notes.md). More than BM heads per KV head take BM or fewer at a time.
+inline int prefill_heads(int g, int n_q, int bm) { return n_q < bm && g <= bm ? g : std::min(g & -g, bm); }
 
 // How a prefill's blocks share out its rows, worked out once on the host (prefill_schedule): a
 // block then only finds its own part (prefill_block), and every division there runs in every
@@ -192,7 +193,6 @@ constexpr int prefill_smem_bytes() {
 template <typename T, int HD, int BN = kPrefillBN>
 void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
     using Shape = PrefillShape<HD>;
-    if (p.nH / p.nKV > kPrefillBM) fail("attention_prefill: more than 128 query heads per KV head");
     constexpr auto kernel = attention_prefill_kernel<T, HD, BN>;
     constexpr int smem = prefill_smem_bytes<HD, BN>();
     static_assert(smem <= kMaxSmemBytes && (smem + kSmemReservedBytes) * Shape::MIN_BLOCKS <= kSmemPerSmBytes,

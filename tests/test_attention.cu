@@ -86,6 +86,7 @@ const std::vector<Case> kPrefillCases = {
     {{3}, 129, 2, 1, 64, 0, 140, 64},          // GQA 2 with a single KV head, block == tile
     {{1000}, 300, 16, 2, 128, 256, 1400, 16},  // chunk at pos0 1000, window 256 (OLMo-3-like)
     {{9}, 200, 12, 2, 64, 0, 220, 16},         // GQA 6 over 128 tokens: blocks of 2 heads (prefill_heads)
+    {{0}, 50, 256, 1, 64, 0, 64, 16},          // 256 query heads on one KV head: blocks of 128 heads, 1 token
 };
 
 // `batch` random lengths in 1 .. max_len (positions of the one query: length - 1).
@@ -448,6 +449,7 @@ const std::vector<Case> kHopperCases = {
     {{40}, 300, 12, 2, 128, 90, 400, 16},       // GQA 6: blocks of 2 heads, 3 per KV head; window
     {{0}, 333, 6, 2, 64, 0, 333, 32},           // GQA 3, hd 64
     {{5}, 260, 7, 1, 128, 0, 300, 16},          // GQA 7 with a single KV head
+    {{3}, 40, 192, 1, 64, 0, 64, 16},           // 192 query heads on one KV head: blocks of 64 heads, 2 tokens
 };
 
 // How many heads of a KV head share a prefill block's 128 rows: all of them for a chunk of
@@ -458,8 +460,10 @@ TEST(AttentionArgs, PrefillHeadsFillTheRows) {
     EXPECT_EQ(attn::prefill_heads(6, 128, 128), 2);
     EXPECT_EQ(attn::prefill_heads(12, 300, 128), 4);
     EXPECT_EQ(attn::prefill_heads(5, 127, 128), 5);
-    for (int g = 1; g <= 16; g++) {  // long chunks: full rows; the group splits into whole sets
-        const int h = attn::prefill_heads(g, 1000, 128);
+    EXPECT_EQ(attn::prefill_heads(256, 50, 128), 128);  // more heads than rows: at most 128 at a time
+    EXPECT_EQ(attn::prefill_heads(192, 50, 128), 64);
+    for (int g = 1; g <= 300; g++) {  // long chunks, or more heads than rows: the group splits into whole sets
+        const int h = attn::prefill_heads(g, g <= 128 ? 1000 : 50, 128);
         EXPECT_EQ(128 % h, 0);
         EXPECT_EQ(g % h, 0);
     }
