@@ -453,7 +453,8 @@ const std::vector<Case> kHopperCases = {
 };
 
 // How many heads of a KV head share a prefill block's 128 rows: all of them for a chunk of
-// fewer than 128 tokens; for longer ones, the most that divide 128, so that no row is empty.
+// fewer than 128 tokens when they fit; otherwise the most that divide 128 (and the group), so
+// that no row is empty.
 TEST(AttentionArgs, PrefillHeadsFillTheRows) {
     for (int g : {1, 2, 4, 8}) EXPECT_EQ(attn::prefill_heads(g, 4096, 128), g);
     EXPECT_EQ(attn::prefill_heads(5, 4096, 128), 1);
