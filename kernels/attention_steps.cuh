@@ -120,19 +120,27 @@ __device__ __forceinline__ float max_tree(const float (&x)[M], int i0 = 0) {
 }
 
 // Online softmax (FlashAttention-2), per row, with c = scale·log2(e) so exp(scale·x) = 2^(c·x):
-//   m' = max(m, max_j s_j)                 running max of the raw scores
+//   m' = max(m, max_j s_j)                 running max of the raw scores (but see below)
 //   p_j = 2^(c·s_j - c·m')                 this tile's probabilities (overwrite s)
 //   l' = l·2^(c·(m - m')) + Σ_j p_j        running denominator (a per-lane partial sum;
 //                                          the 4 lanes of a row add theirs at the end)
 //   o' = o·2^(c·(m - m'))                  rescaled before P·V is added
 // A row that has seen only masked (-inf) keys keeps m = -inf and uses 0 as its reference, so
-// no (-inf) - (-inf) = NaN appears; its p and l stay 0. Once the maxima settle, most tiles
-// change no row's max: the warp then skips the rescale of o (exact: the factor would be 1).
+// no (-inf) - (-inf) = NaN appears; its p and l stay 0.
+// m need not be the true maximum, only a reference that keeps p finite: a row keeps its m while
+// the tile's maximum is at most kRescaleSlack above it in units of c (so p ≤ 2^8 = 256, which
+// fp32 l and o and 16-bit P hold with their full relative precision), and moves it only past
+// that (FlashAttention-4's conditional rescaling). Then almost every tile after a row's first
+// keeps every m, and the warp skips the rescale of o (exact: the factor would be 1).
 // softmax_scores does the first three lines, rescale_o the last, online_softmax both (the
 // Hopper kernel runs them apart, with a P·V in flight in between).
-//
+
+// How far (in units of c, i.e. a factor 2^8) a tile's maximum may exceed a row's reference m
+// before m moves.
+constexpr float kRescaleSlack = 8.0f;
+
 // The first three lines: m, l and P (in s), and each row's factor corr = 2^(c·(m - m')) for o.
-// Returns whether every row of the warp kept its max (then corr is 1 throughout).
+// Returns whether every row of the warp kept its m (then corr is 1 throughout).
 template <int MT, int NT>
 __device__ __forceinline__ bool softmax_scores(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
                                                float (&corr)[MT][2], float c) {
@@ -148,10 +156,16 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[MT][NT][4], float (&m)
             float mx = fmaxf(m[mt][half], max_tree<NT>(t));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float ref = mx == -INFINITY ? 0.0f : mx * c;
-            same = same && mx == m[mt][half];
-            corr[mt][half] = mx == m[mt][half] ? 1.0f : exp2_approx(m[mt][half] * c - ref);
-            m[mt][half] = mx;
+            // NaN (so false) while the row has seen only masked keys; +inf at its first visible one.
+            const bool move = (mx - m[mt][half]) * c > kRescaleSlack;
+            if (move) {
+                corr[mt][half] = exp2_approx((m[mt][half] - mx) * c);
+                m[mt][half] = mx;
+            } else {
+                corr[mt][half] = 1.0f;
+            }
+            same = same && !move;
+            const float ref = m[mt][half] == -INFINITY ? 0.0f : m[mt][half] * c;
             float sum[4] = {};
 #pragma unroll
             for (int n = 0; n < NT; n++)
