@@ -140,31 +140,42 @@ __device__ __forceinline__ float max_tree(const float (&x)[M], int i0 = 0) {
 constexpr float kRescaleSlack = 8.0f;
 
 // The first three lines: m, l and P (in s), and each row's factor corr = 2^(c·(m - m')) for o.
-// Returns whether every row of the warp kept its m (then corr is 1 throughout).
+// Returns whether every row of the warp kept its m (then corr is 1 throughout). A row moves its m
+// only when one of its scores passed m + slack, and each lane can tell that of its own scores:
+// the warp asks once (__any_sync), and only when some score did pass does it take the rows'
+// maxima over their 4 lanes (two shuffles each), off the path of the common tile.
 template <int MT, int NT>
 __device__ __forceinline__ bool softmax_scores(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
                                                float (&corr)[MT][2], float c) {
-    bool same = true;  // no max of this lane's rows changed
+    float mx[MT][2];    // the lane's maximum of each of its rows' scores in this tile
+    bool past = false;  // some score of this lane's rows passed its m + slack
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            // The lane's maximum (max_tree) and its sum in four parts: short chains of dependent steps.
             float t[NT];
 #pragma unroll
             for (int n = 0; n < NT; n++) t[n] = fmaxf(s[mt][n][2 * half], s[mt][n][2 * half + 1]);
-            float mx = fmaxf(m[mt][half], max_tree<NT>(t));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx[mt][half] = max_tree<NT>(t);  // a tree: a chain of NT maxima would wait on each one
             // NaN (so false) while the row has seen only masked keys; +inf at its first visible one.
-            const bool move = (mx - m[mt][half]) * c > kRescaleSlack;
-            if (move) {
-                corr[mt][half] = exp2_approx((m[mt][half] - mx) * c);
-                m[mt][half] = mx;
-            } else {
-                corr[mt][half] = 1.0f;
+            past = past || (mx[mt][half] - m[mt][half]) * c > kRescaleSlack;
+        }
+    const bool move = __any_sync(0xffffffffu, past);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            corr[mt][half] = 1.0f;
+            if (move) {  // the rows' maxima over their 4 lanes; the rows past their slack move
+                float x = fmaxf(m[mt][half], mx[mt][half]);
+                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+                if ((x - m[mt][half]) * c > kRescaleSlack) {
+                    corr[mt][half] = exp2_approx((m[mt][half] - x) * c);
+                    m[mt][half] = x;
+                }
             }
-            same = same && !move;
+            // p and the lane's sum in four parts (short chains of dependent adds).
             const float ref = m[mt][half] == -INFINITY ? 0.0f : m[mt][half] * c;
             float sum[4] = {};
 #pragma unroll
@@ -176,7 +187,7 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[MT][NT][4], float (&m)
                 }
             l[mt][half] = l[mt][half] * corr[mt][half] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
         }
-    return __all_sync(0xffffffffu, same);
+    return !move;
 }
 
 // The last line: o' = o·corr, row by row.
