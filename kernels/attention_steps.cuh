@@ -8,8 +8,8 @@
 // keys. Accumulator fragments give each lane rows lane/4 and lane/4+8 of an m-tile (index
 // `half` 0/1 below), two columns each; the 4 lanes of a row hold its other columns.
 // defines: attn::kLog2e, attn::quad_sum, attn::warp_scores, attn::QFromSmem, attn::QInRegisters,
-//          attn::mask_scores, attn::softmax_scores, attn::rescale_o, attn::online_softmax,
-//          attn::pack_probabilities, attn::warp_pv
+//          attn::mask_scores, attn::max_tree, attn::kRescaleSlack, attn::softmax_scores, attn::rescale_o,
+//          attn::online_softmax, attn::pack_probabilities, attn::warp_pv
 #pragma once
 #include <cmath>
 #include <cstdint>
