@@ -273,8 +273,7 @@ struct HopperConsumer {
             named_barrier_arrive(3 - group, 256);  // the other group's turn
             wgmma_wait<1>();  // the scores (P·V may still run)
             wgmma_touch(s[0]);
-            const bool same = softmax_scores<1, NT>(s, m, l, corr, c);
-            pack_probabilities<T, NT>(next, s[0]);
+            const bool same = softmax_packed<T, NT>(s, m, l, corr, c, next);
             wgmma_wait<0>();
             wgmma_touch(o[0]);
             if (!same) rescale_o<1, DT>(o, corr);

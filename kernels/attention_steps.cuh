@@ -9,7 +9,7 @@
 // `half` 0/1 below), two columns each; the 4 lanes of a row hold its other columns.
 // defines: attn::kLog2e, attn::quad_sum, attn::warp_scores, attn::QFromSmem, attn::QInRegisters,
 //          attn::mask_scores, attn::max_tree, attn::kRescaleSlack, attn::softmax_scores, attn::rescale_o,
-//          attn::online_softmax, attn::pack_probabilities, attn::warp_pv
+//          attn::online_softmax, attn::pack_probabilities, attn::softmax_packed, attn::warp_pv
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -219,6 +219,47 @@ __device__ __forceinline__ void pack_probabilities(uint32_t (&a)[NT / 2][4], con
         a[kk][2] = pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]);
         a[kk][3] = pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
     }
+}
+
+// softmax_scores and pack_probabilities of one 16-row slice (the Hopper kernel's whole tiles),
+// exponentials first: each row's p with its m as it stands, packed as they come, the lane's sums
+// on the way. If every lane's sum for each of its rows is at most 2^kRescaleSlack, no p passed
+// it, so no row would move its m (softmax_scores' test), and the maxima are never taken. Only
+// when some sum passed it, or a row has seen no key yet (m = -inf), does the warp run
+// softmax_scores on the scores, which are still whole, and pack again. The results are bit for
+// bit softmax_scores' then (the same p, sums added in the same order).
+template <typename T, int NT>
+__device__ __forceinline__ bool softmax_packed(float (&s)[1][NT][4], float (&m)[1][2], float (&l)[1][2],
+                                               float (&corr)[1][2], float c, uint32_t (&a)[NT / 2][4]) {
+    if (!__any_sync(0xffffffffu, m[0][0] == -INFINITY || m[0][1] == -INFINITY)) {
+        const float ref[2] = {m[0][0] * c, m[0][1] * c};
+        float sum[2][4] = {};  // per row half, in softmax_scores' four parts
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const float p0 = exp2_approx(fmaf(s[0][n][2 * half], c, -ref[half]));
+                const float p1 = exp2_approx(fmaf(s[0][n][2 * half + 1], c, -ref[half]));
+                sum[half][(n * 2 + 2 * half) % 4] += p0;
+                sum[half][(n * 2 + 2 * half + 1) % 4] += p1;
+                a[n / 2][n % 2 * 2 + half] = pack2<T>(p0, p1);  // pack_probabilities' place for it
+            }
+        const float ls[2] = {(sum[0][0] + sum[0][1]) + (sum[0][2] + sum[0][3]),
+                             (sum[1][0] + sum[1][1]) + (sum[1][2] + sum[1][3])};
+        // One less than 2^slack: p and softmax_scores' test round differently, and a row that
+        // test would move has a p above 255. !(x <= bound), so that a NaN sum takes the exact path.
+        constexpr float bound = (1 << (int)kRescaleSlack) - 1;
+        if (!__any_sync(0xffffffffu, !(ls[0] <= bound) || !(ls[1] <= bound))) {
+            for (int half = 0; half < 2; half++) {
+                l[0][half] += ls[half];
+                corr[0][half] = 1.0f;
+            }
+            return true;
+        }
+    }
+    const bool same = softmax_scores<1, NT>(s, m, l, corr, c);
+    pack_probabilities<T, NT>(a, s[0]);
+    return same;
 }
 
 // o += P·V: the probabilities packed as A fragments (pack_probabilities; all packed first, so
