@@ -223,11 +223,12 @@ __device__ __forceinline__ void pack_probabilities(uint32_t (&a)[NT / 2][4], con
 
 // softmax_scores and pack_probabilities of one 16-row slice (the Hopper kernel's whole tiles),
 // exponentials first: each row's p with its m as it stands, packed as they come, the lane's sums
-// on the way. If every lane's sum for each of its rows is at most 2^kRescaleSlack, no p passed
-// it, so no row would move its m (softmax_scores' test), and the maxima are never taken. Only
-// when some sum passed it, or a row has seen no key yet (m = -inf), does the warp run
-// softmax_scores on the scores, which are still whole, and pack again. The results are bit for
-// bit softmax_scores' then (the same p, sums added in the same order).
+// on the way. If every lane's sum for each of its rows is at most 2^kRescaleSlack - 1, no p
+// passed that, so no row would move its m (softmax_scores' test), and the maxima are never
+// taken. Only when some sum passed it, or a row has seen no key yet (m = -inf), does the warp
+// run softmax_scores on the scores, which are still whole, and pack again. The results are bit
+// for bit softmax_scores' (the same p, sums added in the same order) while |c·m| < 2^16, where
+// the two roundings of c·s - c·m differ by less than the 0.0056 units between 2^8 and 255.
 template <typename T, int NT>
 __device__ __forceinline__ bool softmax_packed(float (&s)[1][NT][4], float (&m)[1][2], float (&l)[1][2],
                                                float (&corr)[1][2], float c, uint32_t (&a)[NT / 2][4]) {
@@ -246,8 +247,8 @@ __device__ __forceinline__ bool softmax_packed(float (&s)[1][NT][4], float (&m)[
             }
         const float ls[2] = {(sum[0][0] + sum[0][1]) + (sum[0][2] + sum[0][3]),
                              (sum[1][0] + sum[1][1]) + (sum[1][2] + sum[1][3])};
-        // One less than 2^slack: p and softmax_scores' test round differently, and a row that
-        // test would move has a p above 255. !(x <= bound), so that a NaN sum takes the exact path.
+        // One less than 2^slack: p and softmax_scores' test round differently (above), and a row
+        // that test would move has a p above 255. !(x <= bound): a NaN sum takes the exact path.
         constexpr float bound = (1 << (int)kRescaleSlack) - 1;
         if (!__any_sync(0xffffffffu, !(ls[0] <= bound) || !(ls[1] <= bound))) {
             for (int half = 0; half < 2; half++) {
