@@ -10,23 +10,24 @@
 //  step  kernel                          what it changes                                  H200 ms  TFLOP/s  % roof
 //  1     attention_naive (engine, fp32)  the definition: scores -> softmax -> P·V, three      178.9    0.8     1.3%
 //                                        kernels and an S x S fp32 score matrix in HBM
-//  2     tiled_two_pass_kernel (here)    a block keeps 16 queries and 32-key K/V tiles in     15.71    8.8     14.6%
+//  2     tiled_two_pass_kernel (here)    a block keeps 16 queries and 32-key K/V tiles in     15.68    8.8     14.6%
 //                                        shared memory; no score matrix, but the softmax
 //                                        needs each row's max and sum first: pass 1 over K
 //                                        finds them, pass 2 recomputes the scores, P·V
-//  3     online_softmax_kernel (here)    online softmax: one pass, the output rescaled by     12.02    11.4    19.1%
+//  3     online_softmax_kernel (here)    online softmax: one pass, the output rescaled by     11.83    11.6    19.4%
 //                                        e^(m - m') whenever a row's max grows; K and V
 //                                        read once, scores computed once
-//  4     attention_prefill (engine)      bf16 on mma.sync tensor cores (FlashAttention-2):    0.407    337.3   42.2%
+//  4     attention_prefill (engine)      bf16 on mma.sync tensor cores (FlashAttention-2):    0.409    336.3   42.0%
 //                                        128-query tiles, swizzled shared memory, cp.async
 //                                        double buffering, exp2 softmax; block table = identity
-//  5     attention_prefill (engine)      the same kernel through a shuffled block table:      0.409    335.9   42.0%
+//  5     attention_prefill (engine)      the same kernel through a shuffled block table:      0.406    338.9   42.4%
 //                                        what the paged KV cache costs
-//  6     attention_prefill (engine,       Hopper: a TMA producer warp fills K/V pages into     0.276    497.5   62.2%
+//  6     attention_prefill (engine,       Hopper: a TMA producer warp fills K/V pages into     0.265    519.0   64.9%
 //        PrefillKernel::Hopper)          swizzled panels, two consumer warpgroups multiply
 //                                        with wgmma from shared memory (sm_90a only)
-// (H200, the defaults: S 4096, 32/32 heads, hd 128; docs/runs/ladders.log. At S 16384 step 4
-// reaches 379.9 TFLOP/s, 47.5%, and step 6 592-594 TFLOP/s.)
+// (H200, the defaults: S 4096, 32/32 heads, hd 128, KV pages of 16 tokens; docs/runs/ladders.log,
+// 2026-11-28. At S 16384 step 4 reaches 380.7 TFLOP/s, 47.6%, and step 6 635.2, 79.4%; with
+// pages of 128 tokens, one TMA copy per tile, step 6 makes 749.8, 93.7%.)
 //
 // Each step runs once on the same random inputs (N(0,1), rounded to bf16 so that the fp32 and
 // bf16 steps see the same values) and is compared with olmo::cpu::attention (src/cpu_ops.h):
