@@ -221,7 +221,7 @@ __device__ __forceinline__ void pack_probabilities(uint32_t (&a)[NT / 2][4], con
     }
 }
 
-// softmax_scores and pack_probabilities of one 16-row slice (the Hopper kernel's whole tiles),
+// softmax_scores and pack_probabilities of one 16-row slice (the Hopper kernel's tiles),
 // exponentials first: each row's p with its m as it stands, packed as they come, the lane's sums
 // on the way. If every lane's sum for each of its rows is at most 2^kRescaleSlack - 1, no p
 // passed that, so no row would move its m (softmax_scores' test), and the maxima are never
