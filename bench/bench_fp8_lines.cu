@@ -10,8 +10,13 @@
 //   rows256  16 rows x 256 bytes, likewise;
 //   lines    16 rows x 128 bytes, each instruction reading four whole 128-byte lines, 8 lanes a
 //            line (fp8_gemv now).
-// Blocks, warps and the shared-memory padding are those the engine picks for each matrix (one
-// wave; the output layer in several). "one": a launch alone; "chained": 16 launches on different
+// and, as the ceiling, "plain": the matrix's bytes read by a grid-stride loop of 16-byte loads
+// (4 per thread in flight, 132 x 4 blocks of 512 threads), with no tiles at all; and "tileldg":
+// the engine's blocks (16 rows each, its warps and padding) reading their tile row by row with
+// 16-byte loads into registers (4 per thread in flight), no shared memory.
+// Blocks, warps and the shared-memory padding are those the engine picked for each matrix when
+// this was written (one wave; the output layer in several); its copy kernels hold fewer
+// registers than fp8_gemv, so they fit more warps an SM than the engine's 24 or so. "one": a launch alone; "chained": 16 launches on different
 // weights in a CUDA graph, time per launch. Best of 5. docs/fp8.md, "Whole lines", has a run.
 #include <algorithm>
 #include <cstdio>
@@ -71,6 +76,40 @@ __global__ void __launch_bounds__(512, 1) copy_kernel(const uint8_t* q, int ld, 
     if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;   // keeps the copies; practically never stores
 }
 
+// The ceiling: every thread XORs four 16-byte loads a step, with a grid stride.
+__global__ void __launch_bounds__(512) plain_kernel(const uint4* q, size_t n16, unsigned* sink) {
+    unsigned acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = __ldcs(q + i + j * stride);
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    for (; i < n16; i += stride) {
+        const uint4 v = __ldcs(q + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
+}
+
+// A block reads its 16 rows x ld bytes in order, four 16-byte loads per thread at a time.
+__global__ void __launch_bounds__(512) tile_ldg_kernel(const uint8_t* q, int ld, unsigned* sink) {
+    const uint4* tile = reinterpret_cast<const uint4*>(q + (size_t)blockIdx.x * 16 * ld);
+    const int n16 = ld, stride = blockDim.x;   // 16 rows x ld bytes = ld units of 16 bytes
+    unsigned acc = 0;
+    for (int i = threadIdx.x; i < n16; i += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = i + j * stride < n16 ? __ldcs(tile + i + j * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
+}
+
 struct Shape {
     const char* name;
     int N, ld, warps, per_sm;   // the engine's choice for the 7B shape; per_sm 0: several waves, no padding
@@ -95,13 +134,10 @@ float best_ms(cudaGraphExec_t exec, cudaStream_t stream, int launches) {
     return best;
 }
 
-template <Order O, int D>
-void run(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink, cudaStream_t stream) {
-    constexpr auto kernel = copy_kernel<O, D>;
-    const int need = s.warps * D * 16 * chunk_cols(O);
-    const int padded = s.per_sm > 0 ? (kSmemPerSmBytes / s.per_sm - kSmemReservedBytes) / 1024 * 1024 : 0;
-    const int smem = std::min(std::max(need, padded), kMaxSmemBytes);
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+// Times launch(weights) alone and 16 times chained on different weights, and prints the rates.
+template <typename Launch>
+void time_launches(const Shape& s, const char* name, int D, const uint8_t* q, size_t q_bytes, cudaStream_t stream,
+                   Launch launch) {
     const size_t bytes = (size_t)s.N * s.ld, room = q_bytes - bytes;
     float ms[2];
     for (int chained = 0; chained < 2; chained++) {   // a graph of 1 launch, or of 16 on different weights
@@ -109,8 +145,7 @@ void run(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink, cudaS
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < launches; i++)
-            kernel<<<s.N / 16, s.warps * 32, smem, stream>>>(q + (room ? i * bytes % room / 4096 * 4096 : 0), s.ld, sink);
+        for (int i = 0; i < launches; i++) launch(q + (room ? i * bytes % room / 4096 * 4096 : 0));
         cudaCheck(cudaStreamEndCapture(stream, &graph));
         cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
         cudaCheck(cudaGraphLaunch(exec, stream));   // warm-up
@@ -118,8 +153,38 @@ void run(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink, cudaS
         cudaCheck(cudaGraphExecDestroy(exec));
         cudaCheck(cudaGraphDestroy(graph));
     }
-    std::printf("%-8s %-8s D %d: one %6.1f us %5.0f GB/s | chained %6.1f us %5.0f GB/s\n", s.name, kOrderName[O], D,
+    std::printf("%-8s %-8s D %d: one %6.1f us %5.0f GB/s | chained %6.1f us %5.0f GB/s\n", s.name, name, D,
                 ms[0] * 1e3, bytes / ms[0] / 1e6, ms[1] * 1e3, bytes / ms[1] / 1e6);
+}
+
+template <Order O, int D>
+void run(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink, cudaStream_t stream) {
+    constexpr auto kernel = copy_kernel<O, D>;
+    const int need = s.warps * D * 16 * chunk_cols(O);
+    const int padded = s.per_sm > 0 ? (kSmemPerSmBytes / s.per_sm - kSmemReservedBytes) / 1024 * 1024 : 0;
+    const int smem = std::min(std::max(need, padded), kMaxSmemBytes);
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    time_launches(s, kOrderName[O], D, q, q_bytes, stream, [&](const uint8_t* w) {
+        kernel<<<s.N / 16, s.warps * 32, smem, stream>>>(w, s.ld, sink);
+    });
+}
+
+void run_tile_ldg(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink, cudaStream_t stream) {
+    const int padded = s.per_sm > 0 ? (kSmemPerSmBytes / s.per_sm - kSmemReservedBytes) / 1024 * 1024 : 0;
+    cudaCheck(cudaFuncSetAttribute(tile_ldg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, padded));
+    time_launches(s, "tileldg", 0, q, q_bytes, stream, [&](const uint8_t* w) {
+        tile_ldg_kernel<<<s.N / 16, s.warps * 32, padded, stream>>>(w, s.ld, sink);
+    });
+}
+
+void run_plain(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink, cudaStream_t stream, int per_sm) {
+    int sms;
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    char name[32];
+    std::snprintf(name, sizeof name, "plain%d", per_sm);
+    time_launches(s, name, 0, q, q_bytes, stream, [&](const uint8_t* w) {
+        plain_kernel<<<sms * per_sm, 512, 0, stream>>>(reinterpret_cast<const uint4*>(w), (size_t)s.N * s.ld / 16, sink);
+    });
 }
 
 }  // namespace
@@ -139,8 +204,11 @@ int main() {
     cudaStream_t stream;
     cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (const Shape& s : shapes) {
+        run_plain(s, q, q_bytes, sink, stream, 4);
+        run_plain(s, q, q_bytes, sink, stream, 2);
+        run_tile_ldg(s, q, q_bytes, sink, stream);
+        run<kLines, 4>(s, q, q_bytes, sink, stream);
         run<kHalves, 2>(s, q, q_bytes, sink, stream);
-        run<kHalves, 3>(s, q, q_bytes, sink, stream);
         run<kTiled, 2>(s, q, q_bytes, sink, stream);
         run<kTiled, 5>(s, q, q_bytes, sink, stream);
         run<kRows128, 2>(s, q, q_bytes, sink, stream);
