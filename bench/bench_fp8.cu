@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
             const size_t n = (size_t)fp8_bytes;
             cudaCheck(cudaMemcpyAsync(w[(i + 1) % copies].q, w[i % copies].q, n, cudaMemcpyDeviceToDevice, st));
         });
-        for (int warps : {1, 2, 4, 8, 16}) {   // the automatic choice against each fixed one, 1 token
+        for (int warps : {1, 2, 4, 8, 12, 16}) {   // the automatic choice against each fixed one, 1 token
             const float t = median_ms([&](int i, cudaStream_t st) { fp8_gemv(y, x, w[i % copies], 1, st, warps); });
             std::printf("%-8s rows 1, %2d warps per block%s: %.1f us, %.0f GB/s\n", s.name, warps,
                         warps == fp8_gemv_shape<bf16, 1, kFp8GemvDepth>(w[0]).warps ? " (auto)" : "", t * 1e3,
