@@ -10,14 +10,15 @@
 //   rows256  16 rows x 256 bytes, likewise;
 //   lines    16 rows x 128 bytes, each instruction reading four whole 128-byte lines, 8 lanes a
 //            line (fp8_gemv now).
-// and, as the ceiling, "plain": the matrix's bytes read by a grid-stride loop of 16-byte loads
-// (4 per thread in flight, 132 x 4 blocks of 512 threads), with no tiles at all; and "tileldg":
-// the engine's blocks (16 rows each, its warps and padding) reading their tile row by row with
-// 16-byte loads into registers (4 per thread in flight), no shared memory.
+// and, as ceilings, "plainN": the matrix's bytes read by a grid-stride loop of 16-byte loads (4
+// per thread in flight, N blocks of 512 threads an SM, N = 4 or 2), with no tiles at all; and
+// "tileldg": the engine's blocks (16 rows each, its warps and padding) reading their tile row by
+// row with 16-byte loads into registers (4 per thread in flight), no shared memory.
 // Blocks, warps and the shared-memory padding are those the engine picked for each matrix when
-// this was written (one wave; the output layer in several); its copy kernels hold fewer
-// registers than fp8_gemv, so they fit more warps an SM than the engine's 24 or so. "one": a launch alone; "chained": 16 launches on different
-// weights in a CUDA graph, time per launch. Best of 5. docs/fp8.md, "Whole lines", has a run.
+// this was written (one wave; the output layer in several); these copy kernels hold fewer
+// registers than fp8_gemv, so they fit more warps an SM than its 24 or so. "one": a launch
+// alone; "chained": 16 launches on different weights in a CUDA graph, time per launch. Best of
+// 5. docs/fp8.md has runs ("Whole lines" on an H100, "Session 25" on an H200).
 #include <algorithm>
 #include <cstdio>
 
