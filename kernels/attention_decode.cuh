@@ -115,6 +115,7 @@ __device__ __forceinline__ void merge_warps(float* scratch, const float (&o)[1][
     for (int half = 0; half < 2; half++) {
         const float sum = quad_sum(l[0][half]);
         const int r = half * 8 + lane / 4;
+        if (r >= map.rows) continue;   // a padded row (15 of the 16 at MHA): nothing reads it
         float* row = so + (warp * kDecodeRows + r) * HD + (lane & 3) * 2;
 #pragma unroll
         for (int d = 0; d < DT; d++) {
