@@ -99,9 +99,10 @@ __device__ SlotRun plan_slots(const AttnParams<T>& p, int slots, int want_b, int
     return {-1, 0, 0};
 }
 
-// The end of a split block: each warp writes its (m, l, o) of the 16 rows to `scratch` (shared
-// memory over the K/V stages, no longer in use), then the block combines them per row and
-// writes this split's o_s = o/l and lse_s = c·m + log2(l) to slot `slot` of o_part and lse_part.
+// The end of a split block: each warp writes its (m, l, o) of the map's rows (of the tile's 16)
+// to `scratch` (shared memory over the K/V stages, no longer in use), then the block combines
+// them per row and writes this split's o_s = o/l and lse_s = c·m + log2(l) to slot `slot` of
+// o_part and lse_part.
 template <typename T, int HD>
 __device__ __forceinline__ void merge_warps(float* scratch, const float (&o)[1][HD / 8][4], const float (&m)[1][2],
                                             const float (&l)[1][2], const AttnParams<T>& p, const RowMap& map,
