@@ -86,4 +86,28 @@ void quantize_row_fp8(uint8_t* q, float* scale, const F* w, int K, int ld) {
     *scale = fp8_row_scale(amax);
 }
 
+// ---- the KV cache in FP8 (--kv-dtype fp8) ----
+//
+// Each (token, KV head) row of hd keys or values is stored as one row of the format above: hd
+// E4M3 codes and one fp32 scale, k[d] ≈ scale · q[d]. A scale per head row follows the heads'
+// own ranges (OLMo-2's k_norm weights and the values differ a lot between heads) for 4 bytes per
+// 128 codes, and is made as the row is written, so nothing needs calibrating.
+// On the GPU the codes fill the pool rows [pool rows, nKV*hd] (uint8) and the scales a second
+// array ordered by pool block, then KV head, then row in the block:
+//     scale of (pool row r, KV head h) at  ((r / bs) · nKV + h) · bs + r % bs      (bs: block size)
+// so that the tile of keys an attention block reads for one head has its scales side by side,
+// and a block's scales (copy on write) are one contiguous run of nKV·bs.
+inline int64_t kv_scale_index(int64_t row, int kvh, int nKV, int block_size) {
+    return ((row / block_size) * nKV + kvh) * block_size + row % block_size;
+}
+
+// x[0..n) <- the values an FP8 KV cache gives back for it: scale · q[d] (the CPU reference keeps
+// its cache in fp32 and stores these).
+inline void fp8_round_trip(float* x, int n) {
+    float amax = 0.0f;
+    for (int d = 0; d < n; d++) amax = std::max(amax, std::fabs(x[d]));
+    const float inv = fp8_row_inverse_scale(amax), scale = fp8_row_scale(amax);
+    for (int d = 0; d < n; d++) x[d] = scale * e4m3_to_float(e4m3_from_float(x[d] * inv));
+}
+
 }  // namespace olmo
