@@ -59,10 +59,12 @@ namespace olmo {
 
 namespace attn {
 
-template <typename T>
-void check_params(const AttnParams<T>& p, const char* who, bool any_hd) {
+template <typename T, typename C>
+void check_params(const AttnParams<T, C>& p, const char* who, bool any_hd) {
     const std::string w = std::string(who) + ": ";
     auto str = [](int x) { return std::to_string(x); };
+    if constexpr (kFp8Cache<C>)
+        if (p.k_scale == nullptr || p.v_scale == nullptr) fail(w + "an FP8 KV cache without its scales");
     if (p.nKV <= 0 || p.nH % p.nKV != 0) fail(w + "nH (" + str(p.nH) + ") is not a multiple of nKV (" + str(p.nKV) + ")");
     if (!any_hd && !attention_supports_head_dim(p.hd))
         fail(w + "head_dim " + str(p.hd) + " is not supported (" + attention_supported_head_dims() + ")");
@@ -86,26 +88,28 @@ void check_params(const AttnParams<T>& p, const char* who, bool any_hd) {
 // So sm_80 (163 KB) runs HD 256 on BN 32 and 2 stages, sm_86 and sm_89 (99 KB) HD 128 in 2
 // stages and no HD 256 (attention_device_problem). The smaller shapes are instantiated only
 // where some GPU needs them.
-template <int HD> int prefill_bn(int smem) {  // the prefill key tile that fits smem bytes; 0: none
-    return prefill_smem_bytes<HD, 64>() <= smem ? 64 : HD > 128 && prefill_smem_bytes<HD, 32>() <= smem ? 32 : 0;
+// (An FP8 cache adds 1 KB of scales to a prefill block, 1.5 KB to a decode block.)
+template <int HD, typename C = void> int prefill_bn(int smem) {  // the prefill key tile that fits smem bytes; 0: none
+    return prefill_smem_bytes<HD, 64, C>() <= smem ? 64 : HD > 128 && prefill_smem_bytes<HD, 32, C>() <= smem ? 32 : 0;
 }
-template <int HD> int decode_stages(int smem) {  // the decode stages that fit smem bytes; 0: none
-    return decode_smem_bytes<HD, 3>() <= smem ? 3 : HD > 64 && decode_smem_bytes<HD, 2>() <= smem ? 2 : 0;
+template <int HD, typename C = void> int decode_stages(int smem) {  // the decode stages that fit smem bytes; 0: none
+    return decode_smem_bytes<HD, 3, C>() <= smem ? 3 : HD > 64 && decode_smem_bytes<HD, 2, C>() <= smem ? 2 : 0;
 }
 
 }  // namespace attn
 
 // Why the flash kernels cannot run head size hd (attention_supports_head_dim) on this GPU: their
 // smallest tiles need more shared memory per block than it allows (see "Tiles by shared
-// memory"); "" when they can.
-inline std::string attention_device_problem(int hd) {
+// memory"); "" when they can. C: the cache's storage (void: not an FP8 cache).
+template <typename C = void>
+std::string attention_device_problem(int hd) {
     const int smem = device_caps().smem_per_block;
     int need = 0;
     attn::dispatch_hd(hd, [&](auto tile) {
         constexpr int HD = decltype(tile)::value;
-        if (attn::prefill_bn<HD>(smem) == 0 || attn::decode_stages<HD>(smem) == 0)
-            need = std::max(attn::prefill_smem_bytes<HD, HD <= 128 ? 64 : 32>(),
-                            attn::decode_smem_bytes<HD, HD <= 64 ? 3 : 2>());
+        if (attn::prefill_bn<HD, C>(smem) == 0 || attn::decode_stages<HD, C>(smem) == 0)
+            need = std::max(attn::prefill_smem_bytes<HD, HD <= 128 ? 64 : 32, C>(),
+                            attn::decode_smem_bytes<HD, HD <= 64 ? 3 : 2, C>());
     });
     if (need == 0) return "";
     char why[160];
@@ -136,26 +140,30 @@ enum class PrefillKernel { Best, MmaSync, Hopper };
 inline bool attention_prefill_hopper_runs(int hd) { return device_caps().sm90a && attn::hopper_prefill_head_dim(hd); }
 
 // Flash attention over n_q >= 1 new queries of one sequence (any chunk of a prompt, appended
-// at pos0[0]).
-template <typename T>
-void attention_prefill(const AttnParams<T>& p, cudaStream_t stream, PrefillKernel which = PrefillKernel::Best) {
+// at pos0[0]). An FP8 cache (C = uint8_t) runs on the mma.sync kernel, which dequantizes its
+// tiles in shared memory; the Hopper kernel's TMA copies land where its wgmma reads them.
+template <typename T, typename C>
+void attention_prefill(const AttnParams<T, C>& p, cudaStream_t stream, PrefillKernel which = PrefillKernel::Best) {
     attn::check_params(p, "attention_prefill", false);
     if (p.batch != 1) fail("attention_prefill: batch " + std::to_string(p.batch) + " (one sequence per call)");
     if (p.n_q <= 0) return;
+    static_assert(!kFp8Cache<C> || !std::is_same_v<T, float>, "an FP8 cache goes with 16-bit queries");
     if constexpr (std::is_same_v<T, float>) {
         attn::launch_rowwise(p, stream);
     } else {
-        const bool hopper = attention_prefill_hopper_runs(p.hd);
+        const bool hopper = attention_prefill_hopper_runs(p.hd) && !kFp8Cache<C>;
         if (which == PrefillKernel::Hopper && !hopper)
-            fail("attention_prefill: the Hopper kernel needs sm_90a code on a compute capability 9.0 GPU (portable mode off) "
-                 "and head_dim 64, 128 or 256 (got " + std::to_string(p.hd) + ")");
-        if (hopper && which != PrefillKernel::MmaSync)
-            return attn::dispatch_hd(p.hd, [&](auto hd) { attn::launch_prefill_hopper<T, decltype(hd)::value>(p, stream); });
-        if (std::string why = attention_device_problem(p.hd); !why.empty()) fail("attention_prefill: " + why);
+            fail("attention_prefill: the Hopper kernel needs sm_90a code on a compute capability 9.0 GPU (portable mode off), "
+                 "head_dim 64, 128 or 256 (got " + std::to_string(p.hd) + ") and a 16-bit KV cache");
+        if constexpr (!kFp8Cache<C>)
+            if (hopper && which != PrefillKernel::MmaSync)
+                return attn::dispatch_hd(p.hd, [&](auto hd) { attn::launch_prefill_hopper<T, decltype(hd)::value>(p, stream); });
+        using Cache = std::conditional_t<kFp8Cache<C>, C, void>;
+        if (std::string why = attention_device_problem<Cache>(p.hd); !why.empty()) fail("attention_prefill: " + why);
         attn::dispatch_hd(p.hd, [&](auto hd) {
             constexpr int HD = decltype(hd)::value;
-            if (attn::prefill_bn<HD>(device_caps().smem_per_block) == 64) attn::launch_prefill<T, HD, 64>(p, stream);
-            else if constexpr (HD > 128) attn::launch_prefill<T, HD, 32>(p, stream);
+            if (attn::prefill_bn<HD, Cache>(device_caps().smem_per_block) == 64) attn::launch_prefill<T, C, HD, 64>(p, stream);
+            else if constexpr (HD > 128) attn::launch_prefill<T, C, HD, 32>(p, stream);
         });
     }
 }
@@ -170,23 +178,26 @@ inline size_t attention_decode_workspace_bytes(int nH, int hd, int s_cap, int ba
 // per KV head, so a GQA group up to 16 is read once per key), for all `batch` sequences in one
 // launch. The launch shape depends on (nH, nKV, hd, n_q, batch, s_cap) only: a captured graph
 // replays with new pos0 and tables.
-template <typename T>
-void attention_decode(const AttnParams<T>& p, void* workspace, cudaStream_t stream) {
+template <typename T, typename C>
+void attention_decode(const AttnParams<T, C>& p, void* workspace, cudaStream_t stream) {
     attn::check_params(p, "attention_decode", false);
     if (p.n_q <= 0) return;
+    static_assert(!kFp8Cache<C> || !std::is_same_v<T, float>, "an FP8 cache goes with 16-bit queries");
     if constexpr (std::is_same_v<T, float>) {
         (void)workspace;
         attn::launch_rowwise(p, stream);
     } else {
-        if (std::string why = attention_device_problem(p.hd); !why.empty()) fail("attention_decode: " + why);
+        using Cache = std::conditional_t<kFp8Cache<C>, C, void>;
+        if (std::string why = attention_device_problem<Cache>(p.hd); !why.empty()) fail("attention_decode: " + why);
         attn::dispatch_hd(p.hd, [&](auto hd) {
             constexpr int HD = decltype(hd)::value;
             auto launch = [&](auto stages) {
                 constexpr int S = decltype(stages)::value;
                 const int heads = p.nKV * attn::decode_row_blocks(p);
-                attn::launch_decode<T, HD, S>(p, workspace, attn::decode_slot_count<T, HD, S>(p.s_cap, heads, p.batch), stream);
+                attn::launch_decode<T, C, HD, S>(p, workspace, attn::decode_slot_count<T, C, HD, S>(p.s_cap, heads, p.batch),
+                                                 stream);
             };
-            if (attn::decode_stages<HD>(device_caps().smem_per_block) == 3) launch(std::integral_constant<int, 3>{});
+            if (attn::decode_stages<HD, Cache>(device_caps().smem_per_block) == 3) launch(std::integral_constant<int, 3>{});
             else if constexpr (HD > 64) launch(std::integral_constant<int, 2>{});
         });
     }

@@ -56,8 +56,8 @@ constexpr int kDecodeRows = 16, kDecodeBN = 64, kDecodeThreads = 128, kDecodeSta
 struct SeqTiles {
     int lo, hi, tile_lo, tiles;
 };
-template <typename T>
-__device__ __forceinline__ SeqTiles seq_tiles(const AttnParams<T>& p, int b) {
+template <typename T, typename C>
+__device__ __forceinline__ SeqTiles seq_tiles(const AttnParams<T, C>& p, int b) {
     const int pos0 = p.pos0[b];
     const KeyRange k = visible_keys(pos0, pos0 + p.n_q - 1, p.window);
     const int tile_lo = k.lo / kDecodeBN;
@@ -72,8 +72,8 @@ struct SlotRun {
 };
 // The deal described above, run by a whole warp (lanes take 32 sequences at a time): returns
 // the run of sequence want_b, or with want_b < 0 the run that holds `slot`.
-template <typename T>
-__device__ SlotRun plan_slots(const AttnParams<T>& p, int slots, int want_b, int slot) {
+template <typename T, typename C>
+__device__ SlotRun plan_slots(const AttnParams<T, C>& p, int slots, int want_b, int slot) {
     const int lane = threadIdx.x % 32;
     int total = 0;
     for (int b = lane; b < p.batch; b += 32) total += seq_tiles(p, b).tiles;
@@ -103,9 +103,9 @@ __device__ SlotRun plan_slots(const AttnParams<T>& p, int slots, int want_b, int
 // to `scratch` (shared memory over the K/V stages, no longer in use), then the block combines
 // them per row and writes this split's o_s = o/l and lse_s = c·m + log2(l) to slot `slot` of
 // o_part and lse_part.
-template <typename T, int HD>
+template <typename T, int HD, typename C>
 __device__ __forceinline__ void merge_warps(float* scratch, const float (&o)[1][HD / 8][4], const float (&m)[1][2],
-                                            const float (&l)[1][2], const AttnParams<T>& p, const RowMap& map,
+                                            const float (&l)[1][2], const AttnParams<T, C>& p, const RowMap& map,
                                             int slot, float c, float* o_part, float* lse_part) {
     constexpr int DT = HD / 8, WARPS = kDecodeThreads / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -151,8 +151,8 @@ __device__ __forceinline__ void merge_warps(float* scratch, const float (&o)[1][
 }
 
 // Row blocks of 16 that a sequence's n_q*g query rows per KV head take.
-template <typename T>
-__host__ __device__ inline int decode_row_blocks(const AttnParams<T>& p) {
+template <typename T, typename C>
+__host__ __device__ inline int decode_row_blocks(const AttnParams<T, C>& p) {
     return (p.n_q * (p.nH / p.nKV) + kDecodeRows - 1) / kDecodeRows;
 }
 
@@ -160,13 +160,13 @@ __host__ __device__ inline int decode_row_blocks(const AttnParams<T>& p) {
 // tiles the prologue copies right after the wait. All but the newest key's were written steps
 // ago, and the request is only a hint, so it may go out before the wait (the newest row, which
 // RoPE is writing, is then read from L2 as RoPE left it).
-template <typename T>
-__device__ void prefetch_first_tiles(const AttnParams<T>& p, int b, int kvh, int lo, int hi) {
+template <typename T, typename C>
+__device__ void prefetch_first_tiles(const AttnParams<T, C>& p, int b, int kvh, int lo, int hi) {
     const Pages pages = pages_of(p, b);
     const int64_t stride = (int64_t)p.nKV * p.hd;
     for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
         const int64_t at = pages.row(j) * stride + (int64_t)kvh * p.hd;
-        for (int byte = 0; byte < p.hd * (int)sizeof(T); byte += 128) {
+        for (int byte = 0; byte < p.hd * (int)sizeof(C); byte += 128) {
             prefetch_l2(reinterpret_cast<const char*>(p.k + at) + byte);
             prefetch_l2(reinterpret_cast<const char*>(p.v + at) + byte);
         }
@@ -174,8 +174,8 @@ __device__ void prefetch_first_tiles(const AttnParams<T>& p, int b, int kvh, int
 }
 
 // o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
-template <typename T, int HD, int STAGES>
-__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T> p, int slots,
+template <typename T, typename C, int HD, int STAGES>
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T, C> p, int slots,
                                                                           float* o_part, float* lse_part) {
     constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8, WARPS = kDecodeThreads / 32;
     static_assert(STAGES <= 8, "the table ring runs 8 tiles ahead (TableWindow)");
@@ -184,6 +184,9 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows 16 + 2s*BN
     auto k_stage = [&](int s) { return sq.rows_from(kDecodeRows + 2 * s * BN); };
     auto v_stage = [&](int s) { return sq.rows_from(kDecodeRows + (2 * s + 1) * BN); };
+    // An FP8 cache's scales, after the table rings: stage s's K and V scales at scales(s).
+    const uint32_t scale_base = sq.base + (kDecodeRows + 2 * STAGES * BN) * SmemTile<HD>::kRowBytes + WARPS * kTableRingBytes;
+    auto scales = [&](int s) { return scale_base + s * kv_scale_bytes<C>(BN); };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slot = blockIdx.y;
     // The combine kernel may launch at once (it waits for our writes anyway), and with it the
     // product after it (fp8_gemv), whose weights then stream while we run.
@@ -218,7 +221,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     for (int i = 0; i < STAGES - 1; i++) {
         if (tile_lo + i <= tile_hi) {
             tw.advance((tile_lo + i) * BN);
-            load_kv_tile_async<BN, kDecodeThreads>(k_stage(i), v_stage(i), p, tw, map.kvh, (tile_lo + i) * BN, lo, hi);
+            load_kv_tile_async<BN, kDecodeThreads>(k_stage(i), v_stage(i), p, tw, map.kvh, (tile_lo + i) * BN, lo, hi, scales(i));
         }
         cp_async_commit();
     }
@@ -232,12 +235,16 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
         const int stage = (tile - tile_lo) % STAGES, next = tile + STAGES - 1, key0 = tile * BN + warp * WN;
         if (next <= tile_hi) {
             tw.advance(next * BN);
-            load_kv_tile_async<BN, kDecodeThreads>(k_stage((next - tile_lo) % STAGES), v_stage((next - tile_lo) % STAGES), p,
-                                                   tw, map.kvh, next * BN, lo, hi);
+            const int s = (next - tile_lo) % STAGES;
+            load_kv_tile_async<BN, kDecodeThreads>(k_stage(s), v_stage(s), p, tw, map.kvh, next * BN, lo, hi, scales(s));
         }
         cp_async_commit();
         cp_async_wait<STAGES - 1>();  // tile `tile` (and Q) have landed
         __syncthreads();
+        if constexpr (kFp8Cache<C>) {
+            dequantize_kv_tile<BN, kDecodeThreads, T>(k_stage(stage), v_stage(stage), scales(stage));
+            __syncthreads();
+        }
 
         float s[1][NT][4];
         warp_scores<T, HD, 1, NT>(s, q, k_stage(stage).rows_from(warp * WN), lane);
@@ -252,8 +259,8 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     merge_warps<T, HD>(reinterpret_cast<float*>(smem) + kDecodeRows * HD / 2, o, m, l, p, map, slot, c, o_part, lse_part);
 }
 
-template <typename T, int HD>
-__global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams<T> p, int slots, const float* o_part,
+template <typename T, typename C, int HD>
+__global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams<T, C> p, int slots, const float* o_part,
                                                                 const float* lse_part) {
     constexpr int COLS = HD / 4, GROUPS = 256 / COLS;  // float4 columns x groups of splits
     __shared__ float4 part[GROUPS][COLS];
@@ -302,9 +309,11 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
     dst[3] = from_float<T>(acc.w * inv);
 }
 
-template <int HD, int STAGES = kDecodeStages>
+// Q, the K/V stages, the table rings and (an FP8 cache) the stages' scales.
+template <int HD, int STAGES = kDecodeStages, typename C = void>
 constexpr int decode_smem_bytes() {
-    constexpr int bytes = (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2 + kDecodeThreads / 32 * kTableRingBytes;
+    constexpr int bytes = (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2 + kDecodeThreads / 32 * kTableRingBytes +
+                          STAGES * kv_scale_bytes<C>(kDecodeBN);
     static_assert(bytes <= kMaxSmemBytes, "shared memory per block");
     return bytes;
 }
@@ -319,28 +328,28 @@ inline int decode_max_slots(int s_cap, int batch) {
 // Split slots per (KV head, row block), see the split kernel: max(2·batch, resident blocks /
 // (nKV · row blocks)), within decode_max_slots. Fixed by the model, the batch size, s_cap and
 // the GPU. heads: nKV · row blocks.
-template <typename T, int HD, int STAGES = kDecodeStages>
+template <typename T, typename C, int HD, int STAGES = kDecodeStages>
 int decode_slot_count(int s_cap, int heads, int batch) {
-    constexpr auto kernel = attention_decode_kernel<T, HD, STAGES>;
-    allow_smem<kernel>(decode_smem_bytes<HD, STAGES>());
+    constexpr auto kernel = attention_decode_kernel<T, C, HD, STAGES>;
+    allow_smem<kernel>(decode_smem_bytes<HD, STAGES, C>());
     static const int resident = [] {
         int dev = 0, sms = 0, per_sm = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kDecodeThreads, decode_smem_bytes<HD, STAGES>()));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kDecodeThreads, decode_smem_bytes<HD, STAGES, C>()));
         return sms * per_sm;
     }();
     return std::min(decode_max_slots(s_cap, batch), std::max(2 * batch, resident / heads));
 }
 
 // slots: split slots per KV head (decode_slot_count; the workspace must hold that many).
-template <typename T, int HD, int STAGES = kDecodeStages>
-void launch_decode(const AttnParams<T>& p, void* workspace, int slots, cudaStream_t stream) {
+template <typename T, typename C, int HD, int STAGES = kDecodeStages>
+void launch_decode(const AttnParams<T, C>& p, void* workspace, int slots, cudaStream_t stream) {
     float* o_part = static_cast<float*>(workspace);
     float* lse_part = o_part + (size_t)slots * p.n_q * p.nH * p.hd;
-    launch_dependent(attention_decode_kernel<T, HD, STAGES>, dim3(p.nKV * decode_row_blocks(p), slots), dim3(kDecodeThreads),
-                     decode_smem_bytes<HD, STAGES>(), stream, p, slots, o_part, lse_part);
-    launch_dependent(attention_combine_kernel<T, HD>, dim3(p.batch * p.n_q * p.nH), dim3(256), 0, stream, p, slots,
+    launch_dependent(attention_decode_kernel<T, C, HD, STAGES>, dim3(p.nKV * decode_row_blocks(p), slots), dim3(kDecodeThreads),
+                     decode_smem_bytes<HD, STAGES, C>(), stream, p, slots, o_part, lse_part);
+    launch_dependent(attention_combine_kernel<T, C, HD>, dim3(p.batch * p.n_q * p.nH), dim3(256), 0, stream, p, slots,
                      (const float*)o_part, (const float*)lse_part);
 }
 

@@ -23,15 +23,19 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "fp8.h"
 
 namespace olmo {
 
-template <typename T>  // T = float, __half or __nv_bfloat16 (storage type)
+// T = float, __half or __nv_bfloat16: the storage type of q and out. C: the K/V pools', T, or
+// uint8_t for an FP8 cache (E4M3 codes, a scale per key and KV head: src/fp8.h), which the
+// flash kernels dequantize into T as the tiles land (paged_kv.cuh); T is then 16-bit.
+template <typename T, typename C = T>
 struct AttnParams {
     const T* q;       // [batch * n_q, nH*hd]  sequence b's queries in rows b*n_q .. b*n_q+n_q-1,
                       //                       head h in columns h*hd .. h*hd+hd-1
-    const T* k;       // this layer's K pool [num_blocks * block_size, nKV*hd] (RoPE applied)
-    const T* v;       // V pool, same layout
+    const C* k;       // this layer's K pool [num_blocks * block_size, nKV*hd] (RoPE applied)
+    const C* v;       // V pool, same layout
     T* out;           // like q
     int n_q;          // query tokens per sequence (prefill chunk length; 1 for decode)
     const int* pos0;  // DEVICE [batch]: position of sequence b's first query; its keys are
@@ -49,7 +53,10 @@ struct AttnParams {
     int table_stride; // >= s_cap / block_size, rounded up
     int block_size;   // tokens per block: a power of two >= 8 (the engine uses 16)
     int batch;        // sequences (decode); 1 for prefill
+    const float* k_scale = nullptr;   // C = uint8_t: the K and V pools' scales [num_blocks * nKV *
+    const float* v_scale = nullptr;   //   block_size], in kv_scale_index order (fp8.h)
 };
+template <typename C> constexpr bool kFp8Cache = std::is_same_v<C, uint8_t>;
 // attention_decode reads pos0 and block_table before it waits for the kernel ahead of it in the
 // stream (a programmatic dependent launch), so they must not be written by that kernel: the
 // engine uploads them with a copy at the start of the step.
@@ -85,8 +92,8 @@ struct Pages {
     int shift, mask;
     __device__ int64_t row(int j) const { return (int64_t)table[j >> shift] << shift | (j & mask); }
 };
-template <typename T>
-__device__ __forceinline__ Pages pages_of(const AttnParams<T>& p, int b) {
+template <typename T, typename C>
+__device__ __forceinline__ Pages pages_of(const AttnParams<T, C>& p, int b) {
     return {p.block_table + (int64_t)b * p.table_stride, __ffs(p.block_size) - 1, p.block_size - 1};
 }
 

@@ -88,8 +88,8 @@ struct PrefillSchedule {
     int sets;    // sets of heads per KV head: g / heads
     int blocks;  // query blocks per set of heads
 };
-template <typename T>
-PrefillSchedule prefill_schedule(const AttnParams<T>& p, int bm) {
+template <typename T, typename C>
+PrefillSchedule prefill_schedule(const AttnParams<T, C>& p, int bm) {
     const int g = p.nH / p.nKV, heads = prefill_heads(g, p.n_q, bm), tokens = bm / heads;
     return {heads, tokens, g / heads, (p.n_q + tokens - 1) / tokens};
 }
@@ -97,12 +97,12 @@ inline dim3 prefill_grid(const PrefillSchedule& s, int nKV) { return dim3(s.bloc
 
 // Block blockIdx.x of the grid: a set of heads (set s: query heads s·heads .. s·heads + heads-1,
 // of KV head s / sets) and `tokens` of their tokens.
-template <typename T>
-__device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T>& p, const PrefillSchedule& s) {
+template <typename T, typename C>
+__device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T, C>& p, const PrefillSchedule& s) {
     const int pos0 = p.pos0[0];
     // One KV head's K and V over pos0 + n_q keys, in KiB: 32-bit arithmetic, as every block of
     // the grid pays for it before its first copy (a 64-bit division cost 4% at hd 64, S 4096).
-    const int head_kib = (pos0 + p.n_q) / 16 * p.hd * (int)sizeof(T) / 32;
+    const int head_kib = (pos0 + p.n_q) / 16 * p.hd * (int)sizeof(C) / 32;
     const int group = min(p.nKV, max(1, kL2GroupKiB / max(head_kib, 1))) * s.sets;  // in sets of heads
     const int set0 = (int)blockIdx.x / (group * s.blocks) * group, n = min(group, p.nKV * s.sets - set0);
     const int i = (int)blockIdx.x - set0 * s.blocks;  // in the group: query block i / n of set set0 + i % n
@@ -115,8 +115,8 @@ __device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T>& p, co
 
 // out = o / l for a warp's MT m-tiles from block row row0, with l summed over the 4 lanes that
 // share a row. Rows past map.rows and dims past hd (a padded tile) are not stored.
-template <typename T, int MT, int DT>
-__device__ __forceinline__ void store_rows(const AttnParams<T>& p, const RowMap& map, const float (&o)[MT][DT][4],
+template <typename T, int MT, int DT, typename C>
+__device__ __forceinline__ void store_rows(const AttnParams<T, C>& p, const RowMap& map, const float (&o)[MT][DT][4],
                                            const float (&l)[MT][2], int row0, int lane) {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -135,9 +135,9 @@ __device__ __forceinline__ void store_rows(const AttnParams<T>& p, const RowMap&
         }
 }
 
-template <typename T, int HD, int BN>
+template <typename T, typename C, int HD, int BN>
 __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::MIN_BLOCKS)
-    attention_prefill_kernel(const AttnParams<T> p, const PrefillSchedule sched) {
+    attention_prefill_kernel(const AttnParams<T, C> p, const PrefillSchedule sched) {
     using Shape = PrefillShape<HD>;
     constexpr int BM = kPrefillBM, MT = Shape::MT, WM = 16 * MT, THREADS = Shape::THREADS, NT = BN / 8, DT = HD / 8;
     extern __shared__ __align__(128) uint4 smem[];
@@ -157,21 +157,28 @@ __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::M
     for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY;
     const float c = p.scale * kLog2e;
 
-    TableWindow tw(pages_of(p, 0), keys.lo, keys.hi, lane, sq.base + (BM + 4 * BN) * SmemTile<HD>::kRowBytes + warp * kTableRingBytes);
+    const uint32_t rings = sq.base + (BM + 4 * BN) * SmemTile<HD>::kRowBytes;
+    // An FP8 cache's scales, after the table rings: stage s's K and V scales at scales(s).
+    auto scales = [&](int s) { return rings + Shape::WARPS * kTableRingBytes + s * kv_scale_bytes<C>(BN); };
+    TableWindow tw(pages_of(p, 0), keys.lo, keys.hi, lane, rings + warp * kTableRingBytes);
     load_q_tile_async<BM, THREADS>(sq, p, map);
     cp_async_commit();
-    load_kv_tile_async<BN, THREADS>(k_stage(0), v_stage(0), p, tw, map.kvh, tile_lo * BN, keys.lo, keys.hi);
+    load_kv_tile_async<BN, THREADS>(k_stage(0), v_stage(0), p, tw, map.kvh, tile_lo * BN, keys.lo, keys.hi, scales(0));
     cp_async_commit();
     for (int tile = tile_lo; tile <= tile_hi; tile++) {
         const int stage = (tile - tile_lo) & 1, key0 = tile * BN;
         if (tile < tile_hi) {
             tw.advance(key0 + BN);
             load_kv_tile_async<BN, THREADS>(k_stage(stage ^ 1), v_stage(stage ^ 1), p, tw, map.kvh, key0 + BN, keys.lo,
-                                            keys.hi);
+                                            keys.hi, scales(stage ^ 1));
         }
         cp_async_commit();
         cp_async_wait<1>();  // everything but the prefetch just issued has landed
         __syncthreads();
+        if constexpr (kFp8Cache<C>) {
+            dequantize_kv_tile<BN, THREADS, T>(k_stage(stage), v_stage(stage), scales(stage));
+            __syncthreads();
+        }
 
         float s[MT][NT][4];
         warp_scores<T, HD, MT, NT>(s, QFromSmem<HD>(sq.rows_from(warp * WM), lane), k_stage(stage), lane);
@@ -184,17 +191,18 @@ __global__ void __launch_bounds__(PrefillShape<HD>::THREADS, PrefillShape<HD>::M
     store_rows<T, MT, DT>(p, map, o, l, warp * WM, lane);
 }
 
-// Shared memory of a prefill block: the Q tile, 2 stages of K and V tiles, the table rings.
-template <int HD, int BN>
+// Shared memory of a prefill block: the Q tile, 2 stages of K and V tiles, the table rings and
+// (an FP8 cache) the stages' scales.
+template <int HD, int BN, typename C = void>
 constexpr int prefill_smem_bytes() {
-    return (kPrefillBM + 4 * BN) * HD * 2 + PrefillShape<HD>::WARPS * kTableRingBytes;
+    return (kPrefillBM + 4 * BN) * HD * 2 + PrefillShape<HD>::WARPS * kTableRingBytes + 2 * kv_scale_bytes<C>(BN);
 }
 
-template <typename T, int HD, int BN = kPrefillBN>
-void launch_prefill(const AttnParams<T>& p, cudaStream_t stream) {
+template <typename T, typename C, int HD, int BN = kPrefillBN>
+void launch_prefill(const AttnParams<T, C>& p, cudaStream_t stream) {
     using Shape = PrefillShape<HD>;
-    constexpr auto kernel = attention_prefill_kernel<T, HD, BN>;
-    constexpr int smem = prefill_smem_bytes<HD, BN>();
+    constexpr auto kernel = attention_prefill_kernel<T, C, HD, BN>;
+    constexpr int smem = prefill_smem_bytes<HD, BN, C>();
     static_assert(smem <= kMaxSmemBytes && (smem + kSmemReservedBytes) * Shape::MIN_BLOCKS <= kSmemPerSmBytes,
                   "MIN_BLOCKS blocks fit in an SM's shared memory");
     allow_smem<kernel>(smem);

@@ -1,7 +1,7 @@
 // paged_kv.cuh: how the flash kernels fill their shared-memory tiles: K/V tiles from the paged
 // cache through the block table, and Q tiles of GQA-packed query rows.
 // defines: attn::kTableRingBytes, attn::TableWindow, attn::RowMap, attn::load_kv_tile_async,
-//          attn::load_q_tile_async
+//          attn::kv_scale_bytes, attn::dequantize_kv_tile, attn::load_q_tile_async
 //
 // Key j of a sequence is in pool row  table[j >> shift] << shift | (j & mask)  (attention_params.cuh).
 // A tile of 64 keys spans at least one and at most 8 blocks, so a kernel needs one table entry
@@ -11,6 +11,8 @@
 // block from lane (j >> shift) % 32 with one shuffle. Later windows stream into shared memory
 // ahead of use with cp.async, with the tile copies.
 #pragma once
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 #include "attention_params.cuh"
@@ -73,11 +75,16 @@ struct TableWindow {
 // chunk's address plus (sv - sk). Decode issues about one 16-byte copy per cycle per SM, so the
 // few instructions per row around the two copies count: 32-bit row arithmetic and one unsigned
 // 32x32->64 multiply-add per pointer.
-template <int BN, int THREADS, typename T, int HD>
-__device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T>& p,
-                                                   const TableWindow& tw, int kvh, int key0, int lo, int hi) {
+// An FP8 cache (C = uint8_t) copies each chunk's 8 codes (8 bytes) into the first half of its
+// 16-byte place, and the rows' scales into `scales` (BN floats of K, then BN of V, in shared
+// memory: kv_scale_bytes per stage), all zero for rows outside [lo, hi); dequantize_kv_tile then
+// makes the tile's values.
+template <int BN, int THREADS, typename T, int HD, typename C>
+__device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T, C>& p,
+                                                   const TableWindow& tw, int kvh, int key0, int lo, int hi,
+                                                   uint32_t scales = 0) {
     static_assert(BN <= 32 * 8, "a tile lies in one table window (block_size >= 8)");
-    const uint32_t row_bytes = p.nKV * p.hd * sizeof(T), to_v = sv.base - sk.base;
+    const uint32_t row_bytes = p.nKV * p.hd * sizeof(C), to_v = sv.base - sk.base;
     for_each_tile_chunk<BN, THREADS>(sk, [&](int r, int c, uint32_t s) {
         const bool in_head = c * 8 < p.hd;  // the same for all of a chunk's rows
         const int col = kvh * p.hd + (in_head ? c * 8 : 0), n_keys = in_head ? hi - lo : 0;
@@ -87,8 +94,51 @@ __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD>
         const uint32_t block = tw.block_of(key);
         const bool valid = (unsigned)(key - lo) < (unsigned)n_keys;  // lo <= key < hi, in the head
         const uint32_t row = valid ? block << tw.pg.shift | (key & tw.pg.mask) : 0;
-        cp_async_16(s, k + mul_wide(row, row_bytes), valid);
-        cp_async_16(s + to_v, v + mul_wide(row, row_bytes), valid);
+        if constexpr (kFp8Cache<C>) {
+            cp_async_8(s, k + mul_wide(row, row_bytes), valid);
+            cp_async_8(s + to_v, v + mul_wide(row, row_bytes), valid);
+            if (c == 0) {   // the row's two scales, by the thread that copies its first chunk
+                const int64_t at = valid ? kv_scale_index(block, key & tw.pg.mask, kvh, p.nKV, p.block_size) : 0;
+                cp_async_4(scales + r * 4, p.k_scale + at, valid);
+                cp_async_4(scales + (BN + r) * 4, p.v_scale + at, valid);
+            }
+        } else {
+            cp_async_16(s, k + mul_wide(row, row_bytes), valid);
+            cp_async_16(s + to_v, v + mul_wide(row, row_bytes), valid);
+        }
+    });
+}
+
+// Shared memory for one stage's K and V scales (an FP8 cache; none otherwise).
+template <typename C>
+constexpr int kv_scale_bytes(int bn) { return kFp8Cache<C> ? 2 * bn * 4 : 0; }
+
+// The 16-byte chunk at shared address s holds 8 E4M3 codes in its first 8 bytes: it becomes the
+// 8 values scale · code in T (exact in fp32, then rounded once).
+template <typename T>
+__device__ __forceinline__ void dequantize_chunk(uint32_t s, float scale) {
+    uint32_t codes[2], out[4];
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(codes[0]), "=r"(codes[1]) : "r"(s) : "memory");
+#pragma unroll
+    for (int i = 0; i < 4; i++) {   // codes 2i (low byte) and 2i + 1
+        const __half2 h(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(codes[i / 2] >> (16 * (i % 2))), __NV_E4M3));
+        const float2 f = __half22float2(h);
+        out[i] = pack2<T>(f.x * scale, f.y * scale);
+    }
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(s), "r"(out[0]), "r"(out[1]), "r"(out[2]), "r"(out[3])
+                 : "memory");
+}
+
+// An FP8 cache's K and V tiles, as load_kv_tile_async left them, made into values of T in place:
+// each thread converts the chunks it copied (the same for_each_tile_chunk walk), with the scales
+// at `scales`. Call it once the copies have landed and a barrier has shown every thread the
+// scales; a barrier must follow before any warp reads the tiles. Zero-filled rows stay zero.
+template <int BN, int THREADS, typename T, int HD>
+__device__ __forceinline__ void dequantize_kv_tile(SmemTile<HD> sk, SmemTile<HD> sv, uint32_t scales) {
+    const uint32_t to_v = sv.base - sk.base;
+    for_each_tile_chunk<BN, THREADS>(sk, [&](int r, int, uint32_t s) {
+        dequantize_chunk<T>(s, __int_as_float(ld_shared_b32(scales + r * 4)));
+        dequantize_chunk<T>(s + to_v, __int_as_float(ld_shared_b32(scales + (BN + r) * 4)));
     });
 }
 
@@ -106,8 +156,8 @@ struct RowMap {
 
 // Starts copying the query rows of `map` into a tile; rows past map.rows and dims past hd are
 // zero-filled.
-template <int ROWS, int THREADS, typename T, int HD>
-__device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnParams<T>& p, const RowMap& map) {
+template <int ROWS, int THREADS, typename T, int HD, typename C>
+__device__ __forceinline__ void load_q_tile_async(SmemTile<HD> sq, const AttnParams<T, C>& p, const RowMap& map) {
     for_each_tile_chunk<ROWS, THREADS>(sq, [&](int r, int c, uint32_t s) {
         const bool valid = r < map.rows && c * 8 < p.hd;
         cp_async_16(s, valid ? p.q + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + c * 8 : p.q, valid);

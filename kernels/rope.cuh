@@ -18,6 +18,9 @@
 // values to the same row of the V pool (pools [blocks * block_size, nKV*hd]; the engine maps each
 // token's position to its row through the sequence's block table, kv_cache.h). Outputs are T,
 // each rounded once from fp32; the normalized q and k stay fp32 in between (not rounded).
+// An FP8 cache (C = uint8_t, src/fp8.h) stores each head's keys and values as E4M3 codes with a
+// scale made from the head's largest |value|: a warp takes a whole head, so that maximum is one
+// warp reduction, and the threads' loop then covers only the query heads.
 //
 // A token's row is handled by one or more blocks: each sums the squares of the whole q and k
 // parts (block reductions; a few KB, read again from cache by every block of the row) and
@@ -35,16 +38,19 @@
 // when that product ends (with the norms and SwiGLU: 7B fp8 decode +1%, 1B +4%; docs/fp8.md),
 // and they read (or ask L2 for) what that product does not write before they wait for it.
 #pragma once
+#include <cuda_fp8.h>
+
 #include "cuda_common.cuh"
+#include "fp8.h"
 #include "norm.cuh"
 
 namespace olmo {
 
-template <typename T, typename X = T> struct RopeParams {
+template <typename T, typename X = T, typename C = T> struct RopeParams {
     const X* qkv;            // [rows, (nH + 2*nKV) * hd], T or fp32
     T* q_out;                // [rows, nH * hd]
-    T* k_cache;              // K pool [pool rows, nKV * hd]: row cache_row[r] receives token r's keys
-    T* v_cache;              // V pool, same layout: its values
+    C* k_cache;              // K pool [pool rows, nKV * hd] (T, or E4M3 codes): row cache_row[r]
+    C* v_cache;              //   receives token r's keys; the V pool, same layout: its values
     int rows;
     const int* pos;          // device [rows]: position of each token
     const int* cache_row;    // device [rows]: pool row of each token's K/V
@@ -59,12 +65,15 @@ template <typename T, typename X = T> struct RopeParams {
     PendingScale scale = {}; // the scales an FP8 GEMM left pending on qkv (fp8.h)
     const float2* sumsq = nullptr;   // tensor parallel: [rows] the q and k parts' sums of squares over
     int q_width = 0, k_width = 0;    // every rank's heads, and those full widths (the means' divisors)
+    float* k_scale = nullptr;        // an FP8 cache (C = uint8_t): the pools' scales [pool blocks *
+    float* v_scale = nullptr;        //   nKV * block_size] in kv_scale_index order (fp8.h)
+    int block_size = 0;              //   and the pools' block size
 };
 
 // N: consecutive elements per thread (4 when the head size and the pointers allow Pack
 // accesses, else 1): a thread takes elements d .. d+N-1 of a head's first half and their
 // partners d+hd/2 .. d+hd/2+N-1.
-template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_kernel(RopeParams<T, X> p) {
+template <typename T, typename X, typename C, int N, bool SCALED> __global__ void rope_qkv_kernel(RopeParams<T, X, C> p) {
     allow_dependent_launch();   // see the file comment
     extern __shared__ float cs[];   // [hd]: this token's cos, then its sin, per d < hd/2 (times attn_factor)
     const int half = p.head_dim / 2, Q = p.n_heads * p.head_dim, KV = p.n_kv_heads * p.head_dim;
@@ -93,15 +102,14 @@ template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_k
         rstd = rms_rstd2<N>(x, Q, x.from(Q), KV, p.eps);
     const float rstd_q = rstd.x, rstd_k = rstd.y;
     __syncthreads();   // the cos/sin table is complete
-    for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < (p.n_heads + 2 * p.n_kv_heads) * half / N;
-         t += gridDim.y * blockDim.x) {
-        const int head = t * N / half, e = t * N % half, i = head * p.head_dim + e;   // i: column of element e
+    // Elements e .. e+N-1 of head `head` (q heads, then k heads, then v heads) and their partners
+    // e+half ..: q and k normalized and rotated, v as it is.
+    auto values = [&](int head, int e, Pack<float, N>& lo, Pack<float, N>& hi) {
+        const int i = head * p.head_dim + e;   // i: column of element e
         Pack<float, N> a = x.template load<N>(i), b = x.template load<N>(i + half);
         if (head >= p.n_heads + p.n_kv_heads) {   // a value head: copied, not rotated
-            T* v = p.v_cache + row * KV + (i - Q - KV);
-            store_pack<N>(v, a);
-            store_pack<N>(v + half, b);
-            continue;
+            lo = a, hi = b;
+            return;
         }
         const bool query = head < p.n_heads;
         if (norm) {
@@ -118,15 +126,60 @@ template <typename T, typename X, int N, bool SCALED> __global__ void rope_qkv_k
                 store_pack<N>(out + half, b);
             }
         }
-        Pack<float, N> lo, hi;
         for (int j = 0; j < N; j++) {
             const float c = cs[e + j], s = cs[half + e + j];
             lo.v[j] = a.v[j] * c - b.v[j] * s;
             hi.v[j] = b.v[j] * c + a.v[j] * s;
         }
-        T* dst = query ? p.q_out + r * Q + i : p.k_cache + row * KV + (i - Q);
-        store_pack<N>(dst, lo);
-        store_pack<N>(dst + half, hi);
+    };
+    constexpr bool kFp8 = std::is_same_v<C, uint8_t>;
+    const int heads = kFp8 ? p.n_heads : p.n_heads + 2 * p.n_kv_heads;   // the threads' share
+    for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < heads * half / N; t += gridDim.y * blockDim.x) {
+        const int head = t * N / half, e = t * N % half, i = head * p.head_dim + e;
+        Pack<float, N> lo, hi;
+        values(head, e, lo, hi);
+        if constexpr (kFp8) {
+            store_pack<N>(p.q_out + r * Q + i, lo), store_pack<N>(p.q_out + r * Q + i + half, hi);
+        } else {
+            T* dst = head < p.n_heads ? p.q_out + r * Q + i
+                   : head < p.n_heads + p.n_kv_heads ? p.k_cache + row * KV + (i - Q) : p.v_cache + row * KV + (i - Q - KV);
+            store_pack<N>(dst, lo);
+            store_pack<N>(dst + half, hi);
+        }
+    }
+    if constexpr (kFp8) {   // the warps' share: one K or V head each, at most 32·N·P pairs
+        constexpr int P = 128 / (32 * N);   // packs per lane (half <= 128)
+        const int lane = threadIdx.x % 32, warps = gridDim.y * blockDim.x / 32;
+        for (int j = (blockIdx.y * blockDim.x + threadIdx.x) / 32; j < 2 * p.n_kv_heads; j += warps) {
+            const int h = j % p.n_kv_heads;   // KV head h of the K pool (j < nKV), then of the V pool
+            Pack<float, N> lo[P], hi[P];
+            float amax = 0.0f;
+#pragma unroll
+            for (int k = 0; k < P; k++) {
+                const int e = (k * 32 + lane) * N;
+                if (e >= half) continue;
+                values(p.n_heads + j, e, lo[k], hi[k]);
+                for (int n = 0; n < N; n++) amax = fmaxf(amax, fmaxf(fabsf(lo[k].v[n]), fabsf(hi[k].v[n])));
+            }
+            amax = warp_reduce(amax, MaxOp{});
+            const float inv = fp8_row_inverse_scale(amax);
+            uint8_t* dst = (j < p.n_kv_heads ? p.k_cache : p.v_cache) + row * KV + h * p.head_dim;
+#pragma unroll
+            for (int k = 0; k < P; k++) {
+                const int e = (k * 32 + lane) * N;
+                if (e >= half) continue;
+                Pack<uint8_t, N> ql, qh;
+                for (int n = 0; n < N; n++) {
+                    ql.v[n] = __nv_cvt_float_to_fp8(lo[k].v[n] * inv, __NV_SATFINITE, __NV_E4M3);
+                    qh.v[n] = __nv_cvt_float_to_fp8(hi[k].v[n] * inv, __NV_SATFINITE, __NV_E4M3);
+                }
+                *reinterpret_cast<Pack<uint8_t, N>*>(dst + e) = ql;
+                *reinterpret_cast<Pack<uint8_t, N>*>(dst + e + half) = qh;
+            }
+            if (lane == 0)
+                (j < p.n_kv_heads ? p.k_scale : p.v_scale)[kv_scale_index(row / p.block_size, (int)(row % p.block_size), h,
+                                                                          p.n_kv_heads, p.block_size)] = fp8_row_scale(amax);
+        }
     }
 }
 
@@ -151,19 +204,21 @@ void qk_sumsq(float2* sumsq, const X* qkv, PendingScale scale, int rows, int Q, 
     cudaCheckLaunch();
 }
 
-template <typename T, typename X> void rope_qkv(const RopeParams<T, X>& p, cudaStream_t stream) {
+template <typename T, typename X, typename C> void rope_qkv(const RopeParams<T, X, C>& p, cudaStream_t stream) {
     const int half = p.head_dim / 2, pairs = (p.n_heads + 2 * p.n_kv_heads) * half;
     if (p.rows == 0 || pairs == 0) return;
     constexpr int threads = 256;
     if (p.head_dim % 2 != 0 || p.head_dim / 2 > threads)
         fail("rope_qkv: head_dim " + std::to_string(p.head_dim) + " is odd or above " + std::to_string(2 * threads));
+    if (std::is_same_v<C, uint8_t> && (p.head_dim > 256 || !p.k_scale || !p.v_scale || p.block_size <= 0))
+        fail("rope_qkv: an FP8 cache takes head_dim up to 256 (got " + std::to_string(p.head_dim) + "), its scales and block size");
     // A few tokens (decode): each token's pairs spread over several blocks, each block repeating
     // the two short reductions. Many tokens (prefill): one block per token. Writing the
     // normalized q|k back in place: one block per token too, so that the row's sums are
     // complete before any of it is overwritten (blocks of a grid do not wait for each other).
     const bool split = p.rows < 128 && p.normed == nullptr;
     const bool packed = half % 4 == 0 && aligned(p.qkv, 4 * sizeof(X)) && aligned(p.q_out, 4 * sizeof(T)) &&
-                        aligned(p.k_cache, 4 * sizeof(T)) && aligned(p.v_cache, 4 * sizeof(T)) &&
+                        aligned(p.k_cache, 4 * sizeof(C)) && aligned(p.v_cache, 4 * sizeof(C)) &&
                         aligned(p.q_norm, 4 * sizeof(T)) && aligned(p.k_norm, 4 * sizeof(T)) &&
                         aligned(p.normed, 4 * sizeof(X));
     const int N = packed ? 4 : 1, packs = pairs / N;
@@ -171,8 +226,8 @@ template <typename T, typename X> void rope_qkv(const RopeParams<T, X>& p, cudaS
     const size_t smem = p.head_dim * sizeof(float);
     with_flag(p.scale.row != nullptr, [&](auto scaled) {
         constexpr bool S = decltype(scaled)::value;
-        if (packed) launch_dependent(rope_qkv_kernel<T, X, 4, S>, grid, dim3(threads), (int)smem, stream, p);
-        else launch_dependent(rope_qkv_kernel<T, X, 1, S>, grid, dim3(threads), (int)smem, stream, p);
+        if (packed) launch_dependent(rope_qkv_kernel<T, X, C, 4, S>, grid, dim3(threads), (int)smem, stream, p);
+        else launch_dependent(rope_qkv_kernel<T, X, C, 1, S>, grid, dim3(threads), (int)smem, stream, p);
     });
     cudaCheckLaunch();
 }

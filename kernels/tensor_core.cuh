@@ -1,6 +1,6 @@
 // tensor_core.cuh: the building blocks of the flash kernels on sm_80+ tensor cores (mma.sync):
 // small PTX wrappers, a swizzled shared-memory tile and the copy pattern that fills it.
-// defines: attn::pack2, attn::exp2_approx, attn::mul_wide, attn::cp_async_16, attn::cp_async_4,
+// defines: attn::pack2, attn::exp2_approx, attn::mul_wide, attn::cp_async_16, attn::cp_async_8, attn::cp_async_4,
 //          attn::cp_async_commit, attn::cp_async_wait, attn::ld_shared_b32, attn::ldmatrix_x4,
 //          attn::ldmatrix_x4_trans, attn::mma_16x8x16, attn::SmemTile, attn::for_each_tile_chunk
 //
@@ -56,6 +56,10 @@ __device__ __forceinline__ uint64_t mul_wide(uint32_t a, uint32_t b) {
 // 16-byte global -> shared copy that bypasses registers (and L1); zero-fills when !valid.
 __device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(valid ? 16 : 0));
+}
+// 8-byte global -> shared copy (through L1); zero-fills when !valid.
+__device__ __forceinline__ void cp_async_8(uint32_t saddr, const void* gmem, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(saddr), "l"(gmem), "r"(valid ? 8 : 0));
 }
 // 4-byte global -> shared copy (through L1); zero-fills when !valid.
 __device__ __forceinline__ void cp_async_4(uint32_t saddr, const void* gmem, bool valid) {

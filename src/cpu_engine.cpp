@@ -29,6 +29,9 @@
 // position 0 is computed as that many GPUs holding two mirrored chunks each would, their K/V
 // going round a ring, the partial outputs merged by log-sum-exp; the K/V cache is filled as
 // always, so decoding goes on as without it.
+// FP8 KV cache (KvDType::FP8): the pools stay fp32, but each (token, KV head) row is replaced by
+// what an FP8 cache gives back for it (fp8_round_trip) as it is written, so that attention, in
+// the prefill as in decode, reads exactly the values the GPU's FP8 pools hold.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,6 +40,7 @@
 #include "common.h"
 #include "cpu_ops.h"
 #include "engine.h"
+#include "fp8.h"
 #include "memory_check.h"
 #include "context_parallel.h"
 #include "tensor_parallel.h"
@@ -109,9 +113,13 @@ using ActsMember = std::vector<float> PartActs::*;
 class CpuEngine : public Engine {
 public:
     CpuEngine(const ModelConfig& c, const Checkpoint& ck, int max_seq, int kv_blocks, LoadProgress* progress,
-              int tp_ranks, int cp_ranks)
-        : c_(c), s_(tp_shard_config(c, tp_ranks)), cp_ranks_(cp_ranks) {   // fails first if tp_ranks cannot split c
+              int tp_ranks, int cp_ranks, KvDType kv)
+        : c_(c), s_(tp_shard_config(c, tp_ranks)),   // fails first if tp_ranks cannot split c
+          cp_ranks_(cp_ranks), kv_dtype_(kv) {
         if (cp_ranks < 1) fail("cp_ranks must be at least 1");
+        if (cp_ranks > 1 && kv == KvDType::FP8)
+            fail("the FP8 KV cache does not combine with context parallel (cp_ranks " + std::to_string(cp_ranks) +
+                 "): the ring reads the new K/V rows before they are rounded to FP8");
         check_fits_cpu(c, max_seq, kv_blocks);   // before any tensor is read
         init_kv(c, max_seq, kv_blocks);
         layers_.resize(c.n_layers);
@@ -155,6 +163,8 @@ public:
         m.weights = w * sizeof(float);
         m.weight_format = "fp32";
         m.kv_pool = kv * sizeof(float);
+        m.kv_format = kv_dtype_ == KvDType::FP8 ? "fp32 holding FP8 E4M3 values (a scale per token and KV head)"
+                                                : "fp32";
         return with_pool_use(m);
     }
 
@@ -314,6 +324,7 @@ private:
                 const size_t row = kv_->row(seq, L.kind, pos0 + t);
                 std::copy_n(a.k.begin() + (size_t)t * KV, KV, P.k_pool.begin() + row * KV);
                 std::copy_n(a.v.begin() + (size_t)t * KV, KV, P.v_pool.begin() + row * KV);
+                if (kv_dtype_ == KvDType::FP8) round_row_to_fp8(P, row);
             }
             const float scale = 1.0f / std::sqrt((float)hd);
             if (cp_ranks_ > 1 && pos0 == 0)   // a prompt's first tokens: as cp_ranks_ GPUs would, round a ring
@@ -325,6 +336,14 @@ private:
         }
         emit_parts(n + "attn", acts, &PartActs::att, T, Q);
         row_parallel(o, acts, &PartActs::att, L, &Part::wo, T, Q, c_.hidden);
+    }
+
+    // Row `row` of part P's K and V pools <- what an FP8 cache gives back for it, one KV head
+    // (hd values, one scale) at a time.
+    void round_row_to_fp8(Part& P, size_t row) {
+        const int hd = c_.head_dim, KV = s_.kv_dim();
+        for (std::vector<float>* pool : {&P.k_pool, &P.v_pool})
+            for (int h = 0; h < s_.n_kv_heads; h++) fp8_round_trip(pool->data() + row * KV + (size_t)h * hd, hd);
     }
 
     // The part's qkv = in · Wqkvᵀ [T, Q+2KV], split into its q, k, v (OLMo-1: clipped).
@@ -428,6 +447,7 @@ private:
     ModelConfig c_;
     ModelConfig s_;                          // the model one part runs (c_ when not split)
     int cp_ranks_;                           // > 1: a prompt's attention as a ring of that many GPUs
+    KvDType kv_dtype_;                       // FP8: the pools hold FP8-rounded rows
     Weights embed_, lm_head_, final_norm_;   // lm_head_ empty: the embedding is the output layer
     std::vector<CpuLayer> layers_;
 };
@@ -435,8 +455,8 @@ private:
 }  // namespace
 
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks,
-                                        LoadProgress* progress, int tp_ranks, int cp_ranks) {
-    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks, progress, tp_ranks, cp_ranks);
+                                        LoadProgress* progress, int tp_ranks, int cp_ranks, KvDType kv) {
+    return std::make_unique<CpuEngine>(c, ckpt, max_seq, kv_blocks, progress, tp_ranks, cp_ranks, kv);
 }
 
 }  // namespace olmo

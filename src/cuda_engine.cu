@@ -60,11 +60,15 @@ template <> constexpr cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
 template <> constexpr cudaDataType_t cuda_type<__half>() { return CUDA_R_16F; }
 template <> constexpr cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
 
-// A layer's KV pools and position encoding (its weights: cuda_weights.cuh).
+// A layer's KV pools and position encoding (its weights: cuda_weights.cuh). The pools hold T,
+// or for an FP8 cache (--kv-dtype fp8) E4M3 codes and their scales (fp8.h).
 template <typename T>
 struct LayerCache {
-    T* k_pool;        // [blocks * block_size, KV]   paged K cache (kv_cache.h)
-    T* v_pool;        // [blocks * block_size, KV]
+    T* k_pool = nullptr;    // [blocks * block_size, KV]   paged K cache (kv_cache.h)
+    T* v_pool = nullptr;    // [blocks * block_size, KV]
+    uint8_t* k8 = nullptr;  // FP8: [blocks * block_size, KV] codes in place of k_pool,
+    uint8_t* v8 = nullptr;  //      of v_pool,
+    float* k_scale = nullptr, *v_scale = nullptr;   // and their scales [blocks * nKV * block_size]
     float* inv_freq;  // [hd/2]
     float rope_scale;
     int window;
@@ -107,9 +111,11 @@ public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
     // max_chunk: the most rows a prefill runs at once (0: choose_chunk).
     // tp: with tp.ranks > 1, c is this rank's shard of tp.full, and a TpEngine drives it.
+    // kv_fp8: the KV cache in FP8 (one GPU, 16-bit T).
     CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
-               LoadProgress* progress, int max_chunk, const TpRank& tp = {})
-        : c_(c), max_batch_(max_batch), w_(c, ck, fp8, tp), tp_(tp) {
+               LoadProgress* progress, int max_chunk, const TpRank& tp = {}, bool kv_fp8 = false)
+        : c_(c), max_batch_(max_batch), w_(c, ck, fp8, tp), tp_(tp), kv8_(kv_fp8) {
+        if (kv8_ && std::is_same_v<T, float>) fail("--kv-dtype fp8 needs --dtype bf16, fp16 or fp8 on the GPU");
         init_kv(c, max_seq, kv_blocks);
         kv_src_ = tp.kv ? tp.kv : kv_.get();
         stride_ = (max_seq_ + kv_src_->block_size() - 1) / kv_src_->block_size() + 1;
@@ -163,6 +169,8 @@ public:
         m.weights = w_.bytes();
         m.weight_format = w_.format();
         m.kv_pool = kv_arena_.size;
+        m.kv_format = kv8_ ? "FP8 E4M3, a scale per token and KV head" : std::is_same_v<T, float> ? "fp32"
+                      : std::is_same_v<T, __half> ? "fp16" : "bf16";
         m.other = buffers_.size;
         return with_pool_use(m);
     }
@@ -229,14 +237,19 @@ protected:
     }
 
     void copy_block(int kind, int src, int dst) override {
-        const size_t n = (size_t)kv_src_->block_size() * c_.kv_dim();
-        for (LayerCache<T>& L : layers_)
-            if (L.kind == kind) {
-                cudaCheck(cudaMemcpyAsync(L.k_pool + dst * n, L.k_pool + src * n, n * sizeof(T), cudaMemcpyDeviceToDevice,
-                                          stream_));
-                cudaCheck(cudaMemcpyAsync(L.v_pool + dst * n, L.v_pool + src * n, n * sizeof(T), cudaMemcpyDeviceToDevice,
-                                          stream_));
+        const size_t n = (size_t)kv_src_->block_size() * c_.kv_dim(), ns = (size_t)kv_src_->block_size() * c_.n_kv_heads;
+        auto copy = [&](auto* pool, size_t count) {   // block dst of `pool` <- block src (count elements a block)
+            cudaCheck(cudaMemcpyAsync(pool + dst * count, pool + src * count, count * sizeof(*pool), cudaMemcpyDeviceToDevice,
+                                      stream_));
+        };
+        for (LayerCache<T>& L : layers_) {
+            if (L.kind != kind) continue;
+            if (!kv8_) {
+                copy(L.k_pool, n), copy(L.v_pool, n);
+            } else {   // a block's scales are one run (kv_scale_index)
+                copy(L.k8, n), copy(L.v8, n), copy(L.k_scale, ns), copy(L.v_scale, ns);
             }
+        }
     }
 
 private:
@@ -269,8 +282,12 @@ private:
             LayerCache<T>& L = layers_[l];
             L.kind = c_.layer_sliding[l] ? KvCache::kSliding : KvCache::kFull;
             const size_t rows = (size_t)kv_src_->total_blocks(L.kind) * kv_src_->block_size();
-            L.k_pool = kv_arena_.take<T>(rows * KV);
-            L.v_pool = kv_arena_.take<T>(rows * KV);
+            if (kv8_) {
+                L.k8 = kv_arena_.take<uint8_t>(rows * KV), L.v8 = kv_arena_.take<uint8_t>(rows * KV);
+                L.k_scale = kv_arena_.take<float>(rows * c_.n_kv_heads), L.v_scale = kv_arena_.take<float>(rows * c_.n_kv_heads);
+            } else {
+                L.k_pool = kv_arena_.take<T>(rows * KV), L.v_pool = kv_arena_.take<T>(rows * KV);
+            }
         }
         Arena& b = buffers_;
         for (auto& L : layers_) L.inv_freq = b.take<float>(hd2);
@@ -465,18 +482,32 @@ private:
         hook(name, f.data(), rows, cols);
     }
 
-    // K/V rows of this prefill chunk, gathered from the pool for the hook ("k_rope").
+    // K rows of this prefill chunk, gathered from the pool for the hook ("k_rope"): the values
+    // the cache gives back (an FP8 cache's codes times their scales).
     void emit_cache(const std::string& name, const LayerCache<T>& L, int n) {
         if (!hook) return;
-        const int KV = c_.kv_dim();
+        const int KV = c_.kv_dim(), hd = c_.head_dim, bs = kv_src_->block_size();
         std::vector<int> rows(n);
         cudaCheck(cudaMemcpy(rows.data(), meta_.rows[L.kind], n * sizeof(int), cudaMemcpyDeviceToHost));
-        std::vector<T> h((size_t)n * KV);
-        for (int r = 0; r < n; r++)
-            cudaCheck(cudaMemcpy(h.data() + (size_t)r * KV, L.k_pool + (size_t)rows[r] * KV, KV * sizeof(T),
-                                 cudaMemcpyDeviceToHost));
-        std::vector<float> f(h.size());
-        for (size_t i = 0; i < h.size(); i++) f[i] = to_float(h[i]);
+        std::vector<float> f((size_t)n * KV);
+        with_pools(L, [&](auto* k, auto*) {
+            using C = std::remove_pointer_t<decltype(k)>;
+            std::vector<C> h(KV);
+            for (int r = 0; r < n; r++) {
+                cudaCheck(cudaMemcpy(h.data(), k + (size_t)rows[r] * KV, KV * sizeof(C), cudaMemcpyDeviceToHost));
+                float scale = 1.0f;   // (FP8: the scale of head i / hd)
+                for (int i = 0; i < KV; i++) {
+                    if constexpr (std::is_same_v<C, uint8_t>) {
+                        if (i % hd == 0)
+                            cudaCheck(cudaMemcpy(&scale, L.k_scale + kv_scale_index(rows[r], i / hd, c_.n_kv_heads, bs),
+                                                 sizeof(float), cudaMemcpyDeviceToHost));
+                        f[(size_t)r * KV + i] = scale * e4m3_to_float(h[i]);
+                    } else {
+                        f[(size_t)r * KV + i] = to_float(h[i]);
+                    }
+                }
+            }
+        });
         hook(name, f.data(), n, KV);
     }
 
@@ -507,8 +538,7 @@ private:
     // The forward pass over n token rows described by meta_ (a prefill chunk of one sequence,
     // or one token for each of `batch` sequences): a list of launches.
     void forward_rows(int n, int batch, bool prefill, Out out = Out::Logits) {
-        const int H = c_.hidden, hd = c_.head_dim, Q = c_.q_dim(), KV = c_.kv_dim();
-        const int QKV = Q + 2 * KV, nH = c_.n_heads, nKV = c_.n_kv_heads;
+        const int H = c_.hidden, Q = c_.q_dim(), KV = c_.kv_dim(), QKV = Q + 2 * KV;
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
 
@@ -526,17 +556,7 @@ private:
                 settle(qkv_, s_qkv, n, QKV);
                 clip(qkv_, (int64_t)n * QKV, c_.clip_qkv, stream_);
             }
-            RopeParams<T, G> rp{qkv_, q_, L.k_pool, L.v_pool, n, meta_.pos, meta_.rows[L.kind], nH, nKV, hd,
-                                L.inv_freq, L.rope_scale};
-            rp.scale = s_qkv;
-            if (!olmo1) rp.q_norm = W.q_norm, rp.k_norm = W.k_norm, rp.eps = eps;   // full-width QK-norm
-            if (!olmo1 && tp_.ranks > 1) {                                       // its sums span every rank
-                qk_sumsq(sumsq_, qkv_, s_qkv, n, Q, KV, stream_);
-                all_reduce(&sumsq_->x, 2 * (size_t)n);
-                rp.sumsq = sumsq_, rp.q_width = Q * tp_.ranks, rp.k_width = KV * tp_.ranks;
-            }
-            if (hook) rp.normed = qkv_;                                          // (the hook reads it there)
-            rope_qkv(rp, stream_);                                               // q -> q_, k/v -> pool rows
+            rope(L, W, s_qkv, n);                                                // q -> q_, k/v -> pool rows
             if (cp_round_) exchange_kv(L, n);                                    // context parallel: every rank's K/V rows
             emit(name + "q", qkv_, n, Q, QKV);
             emit(name + "k", qkv_ + Q, n, KV, QKV);
@@ -550,19 +570,11 @@ private:
             if (prune && out == Out::CacheOnly) return;
             const size_t r0 = prune ? n - 1 : 0;
             const int m = n - (int)r0;
-            AttnParams<T> ap{};
-            ap.q = q_ + r0 * Q, ap.k = L.k_pool, ap.v = L.v_pool, ap.out = att_ + r0 * Q;
-            ap.n_q = prefill ? m : 1, ap.pos0 = prune ? meta_.pos + r0 : meta_.pos0, ap.batch = batch;
-            ap.nH = nH, ap.nKV = nKV, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
-            ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
-            ap.block_size = kv_src_->block_size();
-            if (cp_round_ && !prune) attend_two_chunks(ap, m);
-            else if (prefill && m > 1) attention_prefill(ap, stream_);
-            else attention_decode(ap, attn_ws_, stream_);   // one row per sequence: splits of its keys fill the GPU
+            attend(L, r0, m, batch, prefill, prune);                             // att_ rows r0 .. n-1
             emit(name + "attn", att_, n, Q, Q);
             float *x = x_ + r0 * H, *o = o_ + r0 * H;
             T *xn = xn_ + r0 * H, *a = a_ + r0 * c_.intermediate;
-            residual(x, o, linear(o, ap.out, W.wo, m), W.attn_norm, xn, m);     // x += RMSNorm(o); xn = x
+            residual(x, o, linear(o, att_ + r0 * Q, W.wo, m), W.attn_norm, xn, m);   // x += RMSNorm(o); xn = x
             emit(name + "o_proj", o_, n, H, H);                                  //  (OLMo-1: x += o; xn = LN(x))
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---
@@ -591,6 +603,58 @@ private:
         if (score) return score_rows(n);
         const int out_rows = prefill ? 1 : batch;
         logits(logits_, xn_ + (size_t)(n - out_rows) * H, out_rows, part_);      // [out_rows, V] fp32
+    }
+
+    // Calls f(k, v) with layer L's pools as the kernels take them: T, or an FP8 cache's codes.
+    template <typename F>
+    void with_pools(const LayerCache<T>& L, F&& f) {
+        if constexpr (!std::is_same_v<T, float>)
+            if (kv8_) return f(L.k8, L.v8);
+        f(L.k_pool, L.v_pool);
+    }
+
+    // RoPE with the QK-norm of the n rows of qkv_ (the q|k|v product, its scales s pending): the
+    // queries into q_, the keys and values into their rows of layer L's pools.
+    void rope(const LayerCache<T>& L, const LayerWeights<T>& W, PendingScale s, int n) {
+        const int Q = c_.q_dim(), KV = c_.kv_dim();
+        with_pools(L, [&](auto* k, auto* v) {
+            using C = std::remove_pointer_t<decltype(k)>;
+            RopeParams<T, G, C> rp{qkv_, q_, k, v, n, meta_.pos, meta_.rows[L.kind], c_.n_heads, c_.n_kv_heads, c_.head_dim,
+                                   L.inv_freq, L.rope_scale};
+            rp.scale = s;
+            rp.k_scale = L.k_scale, rp.v_scale = L.v_scale, rp.block_size = kv_src_->block_size();
+            if (c_.family != Family::Olmo1) {                                 // full-width QK-norm
+                rp.q_norm = W.q_norm, rp.k_norm = W.k_norm, rp.eps = c_.norm_eps;
+                if (tp_.ranks > 1) {                                          // its sums span every rank
+                    qk_sumsq(sumsq_, qkv_, s, n, Q, KV, stream_);
+                    all_reduce(&sumsq_->x, 2 * (size_t)n);
+                    rp.sumsq = sumsq_, rp.q_width = Q * tp_.ranks, rp.k_width = KV * tp_.ranks;
+                }
+            }
+            if (hook) rp.normed = qkv_;                                       // (the hook reads it there)
+            rope_qkv(rp, stream_);
+        });
+    }
+
+    // Attention of the m query rows r0 .. r0+m-1 of q_ (a prefill's, or one per sequence of a
+    // decode step of `batch`) over layer L's cache, into the same rows of att_. prune: a
+    // prefill's last layer carrying on with its last row alone (forward_rows).
+    void attend(const LayerCache<T>& L, size_t r0, int m, int batch, bool prefill, bool prune) {
+        const int Q = c_.q_dim(), hd = c_.head_dim;
+        with_pools(L, [&](auto* k, auto* v) {
+            using C = std::remove_pointer_t<decltype(k)>;
+            AttnParams<T, C> ap{};
+            ap.q = q_ + r0 * Q, ap.k = k, ap.v = v, ap.out = att_ + r0 * Q;
+            ap.k_scale = L.k_scale, ap.v_scale = L.v_scale;
+            ap.n_q = prefill ? m : 1, ap.pos0 = prune ? meta_.pos + r0 : meta_.pos0, ap.batch = batch;
+            ap.nH = c_.n_heads, ap.nKV = c_.n_kv_heads, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
+            ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
+            ap.block_size = kv_src_->block_size();
+            if constexpr (std::is_same_v<C, T>)
+                if (cp_round_ && !prune) return attend_two_chunks(ap, m);   // (context parallel: a 16-bit cache)
+            if (prefill && m > 1) attention_prefill(ap, stream_);
+            else attention_decode(ap, attn_ws_, stream_);   // one row per sequence: splits of its keys fill the GPU
+        });
     }
 
     // y [rows, V] (fp32) = the output layer's logits of x [rows, H] (final-normed). Tensor
@@ -650,6 +714,7 @@ private:
     int* host_ids_ = nullptr;    // pinned: sampled ids coming back
     DecodeGraphs graphs_;
     TpRank tp_;                           // tensor parallel (ranks > 1): this rank
+    bool kv8_ = false;                    // the KV cache in FP8 (LayerCache)
     const KvCache* kv_src_ = nullptr;     // the block tables: kv_, or the TpEngine's
     float2* sumsq_ = nullptr;             // tensor parallel: the QK-norm's sums of squares [C]
     float* part_ = nullptr;               // tensor parallel: the ranks' parts of the logits [B, V] (logits)
@@ -699,36 +764,41 @@ namespace {
 // One GPU's engine, or tp GPUs' (TpEngine).
 template <typename T, typename G>
 std::unique_ptr<Engine> build_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks,
-                                          int max_batch, bool fp8, LoadProgress* progress, int max_chunk, int tp, int cp) {
+                                          int max_batch, bool fp8, LoadProgress* progress, int max_chunk, int tp, int cp,
+                                          bool kv_fp8) {
     if (cp > 1) return std::make_unique<CpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, cp);
-    if (tp == 1) return std::make_unique<CudaEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk);
+    if (tp == 1)
+        return std::make_unique<CudaEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, TpRank{}, kv_fp8);
     return std::make_unique<TpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, tp);
 }
 }  // namespace
 
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, DeviceDType dt,
-                                         int kv_blocks, int max_batch, LoadProgress* progress, int max_chunk, int tp, int cp) {
+                                         int kv_blocks, int max_batch, LoadProgress* progress, int max_chunk, int tp, int cp,
+                                         KvDType kv) {
     if (!cuda_available()) fail("no CUDA device available");
     if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
     if (tp > 1 && cp > 1) fail("--tp and --cp cannot be combined yet");
+    const bool kv_fp8 = kv == KvDType::FP8;
+    if (kv_fp8 && (tp > 1 || cp > 1)) fail("--kv-dtype fp8 does not combine with --tp or --cp yet");
     for (auto [n, flag] : {std::pair{tp, "--tp "}, std::pair{cp, "--cp "}})
         if (n > 1 && n > cuda_device_count())
             fail(flag + std::to_string(n) + ": this machine has " + std::to_string(cuda_device_count()) + " GPU(s)");
     if (std::string why = tp_unsupported_reason(c, tp); !why.empty()) fail(why);
     switch (dt) {
-        case DeviceDType::F32: return build_cuda_engine<float, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp);
-        case DeviceDType::F16: return build_cuda_engine<__half, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp);
+        case DeviceDType::F32: return build_cuda_engine<float, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp, kv_fp8);
+        case DeviceDType::F16: return build_cuda_engine<__half, float>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp, kv_fp8);
         case DeviceDType::FP8: {
             cudaDeviceProp p;
             cudaCheck(cudaGetDeviceProperties(&p, 0));
             if (p.major * 10 + p.minor < 89)
                 fail("--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or newer); this GPU is " +
                      std::to_string(p.major) + "." + std::to_string(p.minor));
-            return build_cuda_engine<__nv_bfloat16, float>(c, ck, max_seq, kv_blocks, max_batch, true, progress, max_chunk, tp, cp);
+            return build_cuda_engine<__nv_bfloat16, float>(c, ck, max_seq, kv_blocks, max_batch, true, progress, max_chunk, tp, cp, kv_fp8);
         }
         case DeviceDType::BF16: break;
     }
-    return build_cuda_engine<__nv_bfloat16, __nv_bfloat16>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp);
+    return build_cuda_engine<__nv_bfloat16, __nv_bfloat16>(c, ck, max_seq, kv_blocks, max_batch, false, progress, max_chunk, tp, cp, kv_fp8);
 }
 
 }  // namespace olmo

@@ -15,7 +15,7 @@ size_t gpu_free_bytes() { return 0; }
 std::string cuda_unsupported_reason(const ModelConfig&) { return "this build has no CUDA support"; }
 int cuda_device_count() { return 0; }
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig&, const Checkpoint*, int, DeviceDType, int, int, LoadProgress*,
-                                         int, int, int) {
+                                         int, int, int, KvDType) {
     fail("this build has no CUDA support (nvcc was not found when it was built); use --device cpu");
 }
 }  // namespace olmo

@@ -35,6 +35,7 @@ using ActivationHook = std::function<void(const std::string& name, const float* 
 struct MemoryUse {
     size_t weights = 0, kv_pool = 0, other = 0;   // bytes
     std::string weight_format;                     // how the weights are stored, in words
+    std::string kv_format;                         // how the KV pool is stored, in words
     int blocks_total = 0, blocks_free = 0, blocks_peak_used = 0, block_size = 0;
 };
 
@@ -130,14 +131,22 @@ private:
     void reserve(int seq, size_t n);
 };
 
+// How the KV cache stores keys and values (--kv-dtype). Same: in the engine's own storage type,
+// fp32 on the CPU, the --dtype's on the GPU. FP8: each (token, KV head) row of head_dim values as
+// E4M3 codes with one fp32 scale (src/fp8.h).
+enum class KvDType { Same, FP8 };
+
 // progress (may be null) counts the checkpoint bytes as they load (weights.h). tp_ranks > 1:
 // the forward pass simulates that many tensor-parallel ranks (tensor_parallel.h) in one
 // process, each with its shard of the weights and KV cache, their partial sums added where the
 // GPUs would all-reduce them (tests: the split must reproduce the unsplit model). cp_ranks > 1:
 // a prompt's attention (from position 0) is computed as a ring of that many GPUs would
-// (context_parallel.h), each for the queries of its chunks.
+// (context_parallel.h), each for the queries of its chunks. kv FP8: the pools stay fp32 but hold
+// what an FP8 cache gives back (each row rounded through fp8_round_trip as it is written); not
+// with cp_ranks > 1, whose ring reads the new rows before they are rounded.
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& ckpt, int max_seq, int kv_blocks = 0,
-                                        LoadProgress* progress = nullptr, int tp_ranks = 1, int cp_ranks = 1);
+                                        LoadProgress* progress = nullptr, int tp_ranks = 1, int cp_ranks = 1,
+                                        KvDType kv = KvDType::Same);
 
 // FP8: bf16 activations and KV cache, the linear layers' weights in FP8 E4M3 (fp8.h).
 enum class DeviceDType { BF16, F16, F32, FP8 };
@@ -149,10 +158,10 @@ std::string cuda_unsupported_reason(const ModelConfig& c);
 // runs at once (0: the largest that memory allows, 4096 to 16384; the tests set a small one).
 // tp > 1: tensor parallel over GPUs 0 .. tp-1 through NCCL (tensor_parallel.h). cp > 1: context
 // parallel, a long prompt's prefill shared by GPUs 0 .. cp-1, each with the whole model
-// (context_parallel.h); not both.
+// (context_parallel.h); not both. kv: the KV cache's storage (KvDType).
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint* ckpt, int max_seq, DeviceDType dt,
                                          int kv_blocks = 0, int max_batch = 64, LoadProgress* progress = nullptr,
-                                         int max_chunk = 0, int tp = 1, int cp = 1);
+                                         int max_chunk = 0, int tp = 1, int cp = 1, KvDType kv = KvDType::Same);
 int cuda_device_count();   // 0 without CUDA
 
 }  // namespace olmo

@@ -18,6 +18,13 @@
 #include <cmath>
 #include <cstdint>
 
+// Functions both the CPU and the kernels call.
+#ifdef __CUDACC__
+#define OLMO_HOST_DEVICE __host__ __device__
+#else
+#define OLMO_HOST_DEVICE
+#endif
+
 namespace olmo {
 
 constexpr float kFp8Max = 448.0f;
@@ -73,8 +80,8 @@ inline int fp8_padded_cols(int K) { return (K + kFp8Cols - 1) / kFp8Cols * kFp8C
 inline int fp8_padded_rows(int N) { return (N + 15) / 16 * 16; }
 
 // The inverse scale a row is multiplied by before rounding (0 for a negligible row).
-inline float fp8_row_inverse_scale(float amax) { return amax < kFp8TinyRow ? 0.0f : kFp8Max / amax; }
-inline float fp8_row_scale(float amax) { return amax < kFp8TinyRow ? 0.0f : amax / kFp8Max; }
+OLMO_HOST_DEVICE inline float fp8_row_inverse_scale(float amax) { return amax < kFp8TinyRow ? 0.0f : kFp8Max / amax; }
+OLMO_HOST_DEVICE inline float fp8_row_scale(float amax) { return amax < kFp8TinyRow ? 0.0f : amax / kFp8Max; }
 
 // q[0..ld) and *scale for the row w[0..K); q[K..ld) = 0.
 template <typename F>
@@ -97,8 +104,12 @@ void quantize_row_fp8(uint8_t* q, float* scale, const F* w, int K, int ld) {
 //     scale of (pool row r, KV head h) at  ((r / bs) · nKV + h) · bs + r % bs      (bs: block size)
 // so that the tile of keys an attention block reads for one head has its scales side by side,
 // and a block's scales (copy on write) are one contiguous run of nKV·bs.
+// (slot: the row's place in its block; both forms, the kernels use the first)
+OLMO_HOST_DEVICE inline int64_t kv_scale_index(int64_t block, int slot, int kvh, int nKV, int block_size) {
+    return (block * nKV + kvh) * block_size + slot;
+}
 inline int64_t kv_scale_index(int64_t row, int kvh, int nKV, int block_size) {
-    return ((row / block_size) * nKV + kvh) * block_size + row % block_size;
+    return kv_scale_index(row / block_size, (int)(row % block_size), kvh, nKV, block_size);
 }
 
 // x[0..n) <- the values an FP8 KV cache gives back for it: scale · q[d] (the CPU reference keeps

@@ -87,9 +87,10 @@ std::vector<std::vector<int>> read_prompts(const Options& o, const Tokenizer* to
 int kv_pool_for(const Options& o, const ModelConfig& cfg, const std::vector<std::vector<int>>& prompts, int n_new,
                 bool use_cuda) {
     const size_t elt = !use_cuda || o.dtype == "fp32" ? 4 : 2;
+    const KvDType kv = use_cuda ? kv_dtype(o.kv_dtype) : KvDType::Same;   // the CPU's pools are fp32 either way
     const int bs = kKvBlockSize;
     const int tp = use_cuda ? o.tp : 1;   // --tp: each GPU holds 1/tp of the weights and of each block
-    const double block_bytes = 2.0 * bs * cfg.kv_dim() * cfg.n_layers * elt / tp;
+    const double block_bytes = (double)kv_block_bytes(cfg, kv, elt) * cfg.n_layers / tp;
     const double available = use_cuda ? gpu_free_bytes() : host_available_bytes();
     const std::string where = use_cuda ? "free on the GPU" : "available in host memory";
     constexpr double kMaxBlocks = 1 << 24;   // 2^28 tokens: more than any run holds
@@ -161,6 +162,7 @@ void print_stats(const Options& o, bool use_cuda, const std::vector<std::vector<
         std::fprintf(stderr, "decode           %.1f tokens/s (%zu tokens, summed over sequences)\n",
                      decoded / (tm.total - t_decode), decoded);
     std::fprintf(stderr, "weights          %.2f GB: %s\n", m.weights / 1e9, m.weight_format.c_str());
+    if (!m.kv_format.empty()) std::fprintf(stderr, "KV cache         %s\n", m.kv_format.c_str());
     std::fprintf(stderr, "%s memory %.1f MiB (weights %.1f, KV pool %.1f, buffers %.1f)\n",
                  use_cuda ? "GPU" : "engine", (m.weights + m.kv_pool + m.other) / 1048576.0, m.weights / 1048576.0,
                  m.kv_pool / 1048576.0, m.other / 1048576.0);
@@ -326,9 +328,11 @@ std::unique_ptr<Engine> build_engine(const Options& o, const Model& m, bool use_
     const int max_batch = std::max<int>(o.beams, std::min<int>(prompts.size(), std::max(kMaxBatch, o.batch)));
     if (!use_cuda && o.tp > 1) fail("--tp " + std::to_string(o.tp) + ": there is no GPU to split the model over");
     if (!use_cuda && o.cp > 1) fail("--cp " + std::to_string(o.cp) + ": there is no GPU to share the prompt with");
-    if (!use_cuda) return make_cpu_engine(m.cfg, *m.ckpt, m.max_seq, kv_blocks, &progress);
+    const KvDType kv = kv_dtype(o.kv_dtype);
+    if (!use_cuda) return make_cpu_engine(m.cfg, *m.ckpt, m.max_seq, kv_blocks, &progress, 1, 1, kv);
     try {
-        return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress, o.tp, o.cp);
+        return load_engine(true, o.dtype, m.cfg, m.ckpt.get(), m.max_seq, kv_blocks, max_batch, &progress, o.tp, o.cp,
+                           kv);
     } catch (const Error& e) {   // too large for one GPU where there are several: say how to split it
         const int n = o.tp == 1 && o.cp == 1 && std::string(e.what()).rfind("needs ", 0) == 0 ? tp_suggestion(m.cfg, cuda_device_count()) : 0;
         if (!n) throw;
@@ -360,6 +364,7 @@ int run(int argc, char** argv) {
     if (bench && !use_cuda) fail("--random-weights needs the CUDA engine (--device cuda)");
     if (o.dtype.empty())   // a checkpoint stored in FP8 runs as stored (fp8_checkpoint.h)
         o.dtype = use_cuda && m.ckpt && has_fp8_weights(*m.ckpt, weight_table(m.cfg, m.ckpt.get())) ? "fp8" : "bf16";
+    check_kv_dtype(kv_dtype(o.kv_dtype), use_cuda, o.dtype);
     stage = "loading the weights";
     const int kv_blocks = o.chat ? 0 : kv_pool_for(o, m.cfg, prompts, n_new, use_cuda);   // chat: one sequence
     auto t_load = Clock::now();

@@ -80,6 +80,7 @@ void add_engine_and_beam_flags(CLI::App& app, Options& o) {
                    "quality, see ./perplexity; sm_89+) (default bf16, or fp8 for a checkpoint stored in FP8; the CPU always "
                    "computes in fp32, and other dtypes dequantize an FP8 checkpoint at load)")
         ->check(CLI::IsMember({"bf16", "fp16", "fp32", "fp8"}));
+    app.add_option("--kv-dtype", o.kv_dtype, kKvDtypeHelp)->check(CLI::IsMember({"auto", "fp8"}));
     app.add_option("--tp", o.tp, "tensor parallel: split the model over this many GPUs (0 .. N-1) with NCCL, "
                    "heads and MLP channels per GPU; they must divide the head, KV-head and intermediate counts "
                    "(default 1)")->check(CLI::Range(1, 64));
@@ -182,6 +183,8 @@ void check_flag_combinations(Options& o) {
              "--prompt-file, --beams, --output-ids and --random-weights");
     if (!o.system.empty() && !o.chat) fail("--system needs --chat");
     if (o.tp > 1 && o.cp > 1) fail("--tp and --cp cannot be combined yet");
+    if (kv_dtype(o.kv_dtype) == KvDType::FP8 && (o.tp > 1 || o.cp > 1))
+        fail("--kv-dtype fp8 does not combine with --tp or --cp yet");
     if (o.tp > 1 && o.device == "cpu") fail("--tp splits the model over GPUs: it needs the CUDA engine, not --device cpu");
     if (o.cp > 1 && o.device == "cpu") fail("--cp shares a prompt between GPUs: it needs the CUDA engine, not --device cpu");
     if (o.n_gpu_layers < 0) return;

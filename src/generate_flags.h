@@ -22,6 +22,7 @@ constexpr int kMaxBatch = 256;
 
 struct Options {
     std::string model, tokenizer, prompt_file, prompts_file, prompt_ids, device = "auto", dtype, random_weights;
+    std::string kv_dtype = "auto";   // --kv-dtype: kv_dtype()'s names
     std::string system;
     std::vector<std::string> prompts;
     // Sampling flags: negative (0 for -n) = not given, generation_config.json decides.

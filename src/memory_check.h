@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config.h"
+#include "engine.h"
 
 namespace olmo {
 
@@ -25,9 +26,15 @@ size_t host_available_bytes();
 // Free memory on the current GPU (cudaMemGetInfo); 0 in a build without CUDA.
 size_t gpu_free_bytes();
 
+// Bytes of one KV block of one layer, K and V pools together: for each pool, kKvBlockSize rows of
+// c.kv_dim() elements of elt_bytes (KvDType::Same: the engine's storage type), or with FP8 rows
+// of one-byte codes plus an fp32 scale per row and KV head (fp8.h). c: what one engine holds (a
+// tensor-parallel rank: its shard's config).
+size_t kv_block_bytes(const ModelConfig& c, KvDType kv, size_t elt_bytes);
+
 // What the fp32 CPU engine allocates for `c`: every parameter in fp32, a KV pool of
-// kv_pool_blocks(max_seq, kv_blocks) blocks per layer, and the activations of a prefill of
-// max_seq tokens.
+// kv_pool_blocks(max_seq, kv_blocks) blocks per layer (fp32 whatever its KvDType), and the
+// activations of a prefill of max_seq tokens.
 MemoryNeed cpu_memory_need(const ModelConfig& c, int max_seq, int kv_blocks);
 // Fails (see check_fits) when cpu_memory_need() is more than MemAvailable.
 void check_fits_cpu(const ModelConfig& c, int max_seq, int kv_blocks);

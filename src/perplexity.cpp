@@ -21,7 +21,7 @@ using namespace olmo;
 namespace {
 
 struct Options {
-    std::string model, tokenizer, file, device = "auto", dtype = "bf16";
+    std::string model, tokenizer, file, device = "auto", dtype = "bf16", kv_dtype = "auto";
     int ctx = 0, stride = 0, threads = 0;   // ctx, stride: the defaults unless given (see --help)
     bool ctx_given = false, stride_given = false;
     bool json = false, quiet = false;
@@ -56,6 +56,7 @@ bool parse_flags(int argc, char** argv, Options& o) {
                    "with FP8 E4M3 linear-layer weights, to judge what they cost) (default bf16; the CPU always "
                    "computes in fp32). Logits and their log-softmax are fp32 in every case")
         ->check(CLI::IsMember({"bf16", "fp16", "fp32", "fp8"}));
+    app.add_option("--kv-dtype", o.kv_dtype, kKvDtypeHelp)->check(CLI::IsMember({"auto", "fp8"}));
     app.add_option("-t,--threads", o.threads, "CPU threads of the CPU engine and loader (default 0: one per physical "
                    "core)")->check(CLI::Range(0, 1024));
     app.add_flag("--json", o.json, "print the result as one JSON object (keys as in README.md) instead of text");
@@ -118,8 +119,8 @@ void print_result(const Run& run) {
     const std::string dtype = run.cuda ? o.dtype : "fp32";
     if (o.json) {
         nlohmann::json j = {{"file", o.file}, {"model", o.model}, {"device", run.cuda ? "cuda" : "cpu"},
-                            {"dtype", dtype}, {"tokens", run.tokens}, {"ctx", o.ctx}, {"stride", o.stride},
-                            {"windows", r.windows}, {"scored", r.scored}, {"evaluated", r.evaluated},
+                            {"dtype", dtype}, {"kv_dtype", o.kv_dtype}, {"tokens", run.tokens}, {"ctx", o.ctx},
+                            {"stride", o.stride}, {"windows", r.windows}, {"scored", r.scored}, {"evaluated", r.evaluated},
                             {"mean_nll", r.mean_nll()}, {"mean_nll_stderr", r.mean_nll_stderr()},
                             {"perplexity", r.perplexity()}, {"seconds", run.seconds},
                             {"tokens_per_s", r.evaluated / run.seconds}};
@@ -128,7 +129,8 @@ void print_result(const Run& run) {
     }
     std::printf("text          %s: %zu tokens, %lld window%s of %d tokens, stride %d\n", o.file.c_str(), run.tokens,
                 (long long)r.windows, r.windows > 1 ? "s" : "", o.ctx, o.stride);
-    std::printf("model         %s (%s %s)\n", o.model.c_str(), run.cuda ? "cuda" : "cpu", dtype.c_str());
+    std::printf("model         %s (%s %s%s)\n", o.model.c_str(), run.cuda ? "cuda" : "cpu", dtype.c_str(),
+                o.kv_dtype == "fp8" ? ", FP8 KV cache" : "");
     std::printf("tokens scored %lld\n", (long long)r.scored);
     std::printf("mean NLL      %.6f +/- %.6f (standard error)\n", r.mean_nll(), r.mean_nll_stderr());
     std::printf("perplexity    %.4f\n", r.perplexity());
@@ -151,9 +153,11 @@ int run(int argc, char** argv) {
     const std::vector<int> ids = read_ids(o, *tok);
 
     const bool cuda = choose_cuda(o.device, cfg);
+    const KvDType kv = kv_dtype(o.kv_dtype);
+    check_kv_dtype(kv, cuda, o.dtype);
     const Checkpoint ckpt(o.model);
     LoadProgress load(progress_line(!o.quiet && isatty(2)));
-    const std::unique_ptr<Engine> eng = load_engine(cuda, o.dtype, cfg, &ckpt, o.ctx, 0, 1, &load);
+    const std::unique_ptr<Engine> eng = load_engine(cuda, o.dtype, cfg, &ckpt, o.ctx, 0, 1, &load, 1, 1, kv);
     const auto t0 = std::chrono::steady_clock::now();
     const PerplexityResult r = perplexity(*eng, ids, o.ctx, o.stride, progress_lines(o.quiet));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -45,6 +45,14 @@ bool choose_cuda(const std::string& device, const ModelConfig& cfg);
 // --dtype's names: "bf16", "fp16", "fp32", "fp8".
 DeviceDType device_dtype(const std::string& name);
 
+// --kv-dtype's names: "auto" (KvDType::Same), "fp8"; and its help text, which both programs show.
+KvDType kv_dtype(const std::string& name);
+extern const char* const kKvDtypeHelp;
+
+// --kv-dtype against the engine chosen: on the GPU an FP8 KV cache needs --dtype bf16, fp16 or
+// fp8 (`dtype`: device_dtype's names); the CPU takes it whatever --dtype says.
+void check_kv_dtype(KvDType kv, bool use_cuda, const std::string& dtype);
+
 // The load's progress line on stderr, rewritten in place, once a load has run for a second;
 // nothing at all when `show` is false (--quiet, or stderr is not a terminal).
 LoadProgress::Report progress_line(bool show);
@@ -52,10 +60,10 @@ LoadProgress::Report progress_line(bool show);
 // The engine: CUDA with storage `dtype` (device_dtype's names), else the fp32 CPU reference.
 // ckpt null: random weights (CUDA only, benchmarks). kv_blocks 0: one sequence of max_seq
 // tokens; max_batch: sequences per decode step (CUDA); tp: GPUs to split the model over, cp: GPUs
-// to share a long prompt's prefill (CUDA).
+// to share a long prompt's prefill (CUDA); kv: the KV cache's storage.
 std::unique_ptr<Engine> load_engine(bool use_cuda, const std::string& dtype, const ModelConfig& cfg,
                                     const Checkpoint* ckpt, int max_seq, int kv_blocks, int max_batch,
-                                    LoadProgress* progress, int tp = 1, int cp = 1);
+                                    LoadProgress* progress, int tp = 1, int cp = 1, KvDType kv = KvDType::Same);
 
 // A program's main(): OpenMP's passive waits set up (threads.h), then run(argc, argv), with any
 // error printed as one line "error: ..." on stderr and exit status 1. *doing, when given, names

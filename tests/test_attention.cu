@@ -21,6 +21,9 @@
 // (128), 192 and 256 (256): a subset of the cases above at each (prefill: n_q 1, odd n_q, a chunk
 // at pos0 > 0, GQA 2/5/8, windows; decode: single and batched, GQA 1-8, windows, n_q 2), through
 // naive and flash prefill and through decode.
+// An FP8 KV cache (E4M3 codes and a scale per row and KV head, fp8.h; fp16 and bf16): every
+// decode case through decode and prefill, the prefill cases through prefill, and every head size,
+// against the CPU over the values the cache gives back.
 // Portable mode (src/device_caps.h): the tiles that GPUs with less shared memory per block get
 // (sm_80's 163 KB: HD 256 on key tiles of 32 and 2 decode stages; sm_86/sm_89's 99 KB: HD 128
 // decode in 2 stages, head sizes over 128 refused), without programmatic dependent launch, on
@@ -43,6 +46,7 @@
 #include "attention.cuh"
 #include "cpu_ops.h"
 #include "device_caps.h"
+#include "fp8.h"
 
 using namespace olmo;
 
@@ -255,12 +259,14 @@ struct Problem {
         return {dq.ptr,  dk.ptr + kGuard * ld, dv.ptr + kGuard * ld, dout.ptr,     c.n_q,
                 dpos.ptr, c.nH, c.nKV, c.hd, c.window, scale(), c.s_cap, dtable.ptr, stride, c.block_size, batch};
     }
-    // The CPU result, sequence by sequence through the same table.
-    std::vector<float> reference() const {
+    // The CPU result, sequence by sequence through the same table (over the pools kp, vp: k, v
+    // unless given).
+    std::vector<float> reference() const { return reference(k, v); }
+    std::vector<float> reference(const std::vector<float>& kp, const std::vector<float>& vp) const {
         std::vector<float> out(dout.n);
         const size_t per_seq = (size_t)c.n_q * c.nH * c.hd;
         for (int b = 0; b < batch; b++)
-            cpu::attention(out.data() + b * per_seq, q.data() + b * per_seq, k.data(), v.data(), c.n_q, c.pos0[b], c.nH,
+            cpu::attention(out.data() + b * per_seq, q.data() + b * per_seq, kp.data(), vp.data(), c.n_q, c.pos0[b], c.nH,
                            c.nKV, c.hd, c.window, scale(), table.data() + (size_t)b * stride, c.block_size);
         return out;
     }
@@ -309,19 +315,19 @@ void run_naive(const AttnParams<T>& p) {
     attention_naive(p, ws.ptr, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
-template <typename T>
-void run_decode(const AttnParams<T>& p) {
+template <typename T, typename C = T>
+void run_decode(const AttnParams<T, C>& p) {
     DeviceBuffer<char> ws(attention_decode_workspace_bytes(p.nH, p.hd, p.s_cap, p.batch, p.n_q));
     ws.poison();  // the combine must read only what the split kernel wrote
     attention_decode(p, ws.ptr, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
 // Prefill takes one sequence per call: sequence b's rows of q and out, its pos0 and table row.
-template <typename T, PrefillKernel K = PrefillKernel::Best>
-void run_prefill(const AttnParams<T>& p) {
+template <typename T, PrefillKernel K = PrefillKernel::Best, typename C = T>
+void run_prefill(const AttnParams<T, C>& p) {
     const int64_t per_seq = (int64_t)p.n_q * p.nH * p.hd;
     for (int b = 0; b < p.batch; b++) {
-        AttnParams<T> s = p;
+        AttnParams<T, C> s = p;
         s.q += b * per_seq, s.out += b * per_seq, s.pos0 += b, s.block_table += (int64_t)b * p.table_stride;
         s.batch = 1;
         attention_prefill(s, 0, K);
@@ -422,6 +428,111 @@ TYPED_TEST(Attention, NaiveEqualsFlash) {
         expect_close(b, a, Tol<TypeParam>::rel, Tol<TypeParam>::abs,
                      std::string("flash vs naive ") + Tol<TypeParam>::name + " " + c.str());
     }
+}
+
+// ---- an FP8 KV cache (C = uint8_t) ----
+
+// A problem's pools in FP8 as the engine's RoPE stores them (fp8.h): each live (row, KV head)
+// quantized to codes and a scale in kv_scale_index order. The kernels dequantize every tile as
+// it lands, so the CPU reference attends over scale · code, and the tolerances are the 16-bit
+// ones: the only rounding left is of scale · code into T. Rows without a live position, and the
+// guard rows, hold NaN codes (0x7F) and NaN scales, which no kernel may read.
+template <typename T>
+struct Fp8Pools {
+    static constexpr int kGuard = Problem<T>::kGuard;
+    DeviceBuffer<uint8_t> dk, dv;
+    DeviceBuffer<float> ks, vs;
+    std::vector<float> k, v;   // the values the cache gives back [pool rows, nKV*hd]; NaN where no live position
+
+    explicit Fp8Pools(const Problem<T>& pr)
+        : dk(pr.dk.n), dv(pr.dv.n), ks(pr.dk.n / pr.c.hd), vs(ks.n), k(pr.k.size()), v(pr.v.size()) {
+        const Case& c = pr.c;
+        const int64_t ld = pr.ld, rows = (int64_t)pr.k.size() / ld;
+        std::vector<uint8_t> hk(dk.n, 0x7F), hv(dv.n, 0x7F);
+        std::vector<float> hks(ks.n, kNaN), hvs(vs.n, kNaN);
+        for (int64_t row = 0; row < rows; row++)
+            for (int h = 0; h < c.nKV; h++) {
+                const int64_t at = row * ld + h * c.hd, s = kGuard * c.nKV + kv_scale_index(row, h, c.nKV, c.block_size);
+                if (std::isnan(pr.k[at])) {
+                    std::fill_n(k.begin() + at, c.hd, kNaN), std::fill_n(v.begin() + at, c.hd, kNaN);
+                    continue;
+                }
+                quantize_row_fp8(hk.data() + kGuard * ld + at, &hks[s], pr.k.data() + at, c.hd, c.hd);
+                quantize_row_fp8(hv.data() + kGuard * ld + at, &hvs[s], pr.v.data() + at, c.hd, c.hd);
+                for (int d = 0; d < c.hd; d++) {
+                    k[at + d] = hks[s] * e4m3_to_float(hk[kGuard * ld + at + d]);
+                    v[at + d] = hvs[s] * e4m3_to_float(hv[kGuard * ld + at + d]);
+                }
+            }
+        dk.upload(hk), dv.upload(hv), ks.upload(hks), vs.upload(hvs);
+    }
+    AttnParams<T, uint8_t> params(const Problem<T>& pr) const {
+        const AttnParams<T> p = pr.params();
+        const int64_t guard = kGuard * pr.ld;
+        AttnParams<T, uint8_t> f{p.q, dk.ptr + guard, dv.ptr + guard, p.out, p.n_q, p.pos0, p.nH, p.nKV, p.hd, p.window,
+                                 p.scale, p.s_cap, p.block_table, p.table_stride, p.block_size, p.batch};
+        f.k_scale = ks.ptr + kGuard * pr.c.nKV, f.v_scale = vs.ptr + kGuard * pr.c.nKV;
+        return f;
+    }
+};
+
+// Each case through decode and/or prefill over an FP8 cache, against the CPU over its values.
+template <typename T>
+void check_fp8_cases(const std::vector<Case>& cases, uint32_t seed, bool decode, bool prefill) {
+    for (const Case& c : cases) {
+        Problem<T> pr(c, seed++);
+        const Fp8Pools<T> f8(pr);
+        const std::vector<float> ref = pr.reference(f8.k, f8.v);
+        auto run = [&](void (*kernel)(const AttnParams<T, uint8_t>&)) {
+            pr.dout.poison();
+            kernel(f8.params(pr));
+            cudaCheck(cudaDeviceSynchronize());
+            return pr.output();
+        };
+        const std::string what = std::string(Tol<T>::name) + " FP8 cache " + c.str();
+        if (decode) expect_close(run(run_decode<T, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs, "decode " + what);
+        if (prefill)
+            expect_close(run(run_prefill<T, PrefillKernel::Best, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs, "prefill " + what);
+    }
+}
+
+template <typename T>
+class AttentionFp8Cache : public ::testing::Test {};
+using Dtypes16 = ::testing::Types<__half, __nv_bfloat16>;
+TYPED_TEST_SUITE(AttentionFp8Cache, Dtypes16);
+
+TYPED_TEST(AttentionFp8Cache, DecodeAndPrefillMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    check_fp8_cases<TypeParam>(kDecodeCases, 800, true, true);
+    check_fp8_cases<TypeParam>(kPrefillCases, 850, false, true);
+}
+
+TYPED_TEST(AttentionFp8Cache, EveryHeadSizeMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    uint32_t seed = 900;
+    for (int hd : kHeadSizes) {
+        if (std::string why = attention_device_problem<uint8_t>(hd); !why.empty()) {
+            printf("  hd %d left out: %s\n", hd, why.c_str());
+            continue;
+        }
+        std::vector<Case> decode = kDecodeCasesAnyHd, prefill = kPrefillCasesAnyHd;
+        for (Case& c : decode) c.hd = hd;
+        for (Case& c : prefill) c.hd = hd;
+        check_fp8_cases<TypeParam>(decode, seed += 10, true, true);
+        check_fp8_cases<TypeParam>(prefill, seed += 10, false, true);
+    }
+}
+
+// The Hopper prefill kernel reads its tiles with TMA straight into wgmma's operands, so an FP8
+// cache takes the mma.sync kernel; asked for by name, the Hopper one refuses it.
+TEST(AttentionFp8CacheArgs, HopperKernelRefusesAnFp8Cache) {
+    SKIP_WITHOUT_GPU();
+    Problem<__nv_bfloat16> pr(kPrefillCases[1], 1);
+    const Fp8Pools<__nv_bfloat16> f8(pr);
+    EXPECT_THROW(attention_prefill(f8.params(pr), 0, PrefillKernel::Hopper), Error);
+    AttnParams<__nv_bfloat16, uint8_t> no_scales = f8.params(pr);
+    no_scales.v_scale = nullptr;
+    EXPECT_THROW(attention_decode(no_scales, nullptr, 0), Error);
 }
 
 // The Hopper prefill kernel (attention_prefill_hopper.cuh), where it runs, on the shapes that

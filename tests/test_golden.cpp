@@ -94,6 +94,35 @@ TEST_P(Golden, GpuFp8CloseToReference) {
                 e.worst_step);
 }
 
+// An FP8 KV cache (--kv-dtype fp8: each key and value row of a head in E4M3 with its own scale,
+// src/fp8.h) against the fp32 reference, printed next to the figures above: on the CPU, which
+// stores the values an FP8 cache gives back (so this runs without a GPU), and on the GPU in bf16
+// and in FP8, whose attention kernels dequantize the cache's codes. The bars come from the CPU's
+// figures: worst tensor 7.4e-2 (olmo3_swa_yarn mlp), worst decode step 8.9e-2 (the same
+// fixture), most tensors 4-6e-2: E4M3's 3 mantissa bits on every key and value of the fixtures'
+// random weights. The GPU adds its own dtype's bar (bf16 2e-2, FP8 weights 0.25).
+constexpr double kFp8KvBar = 1e-1, kFp8KvStepBar = 1.2e-1;
+void expect_fp8_kv_close(const Fixture& f, Engine& eng, const std::string& what, double extra) {
+    print_worst(what, check_prefill(eng, f.golden, kFp8KvBar + extra));
+    DecodeErr e = check_decode(eng, f.golden, kFp8KvBar + extra, kFp8KvStepBar + extra);
+    std::printf("%s decode_logits rel-L2 %.2e, worst step %.2e\n", what.c_str(), e.tensor, e.worst_step);
+}
+
+TEST_P(Golden, CpuFp8KvCacheCloseToReference) {
+    Fixture f(GetParam());
+    auto eng = make_cpu_engine(f.cfg, f.ckpt, f.seq_len(), 0, nullptr, 1, 1, KvDType::FP8);
+    expect_fp8_kv_close(f, *eng, GetParam() + " cpu fp8-kv", 0.0);
+}
+
+TEST_P(Golden, GpuFp8KvCacheCloseToReference) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU golden test skipped";
+    Fixture f(GetParam());
+    auto bf16 = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::BF16, 0, 64, nullptr, 0, 1, 1, KvDType::FP8);
+    expect_fp8_kv_close(f, *bf16, GetParam() + " gpu bf16 fp8-kv", 2e-2);   // (plus bf16's own bar)
+    auto fp8 = make_cuda_engine(f.cfg, &f.ckpt, f.seq_len(), DeviceDType::FP8, 0, 64, nullptr, 0, 1, 1, KvDType::FP8);
+    expect_fp8_kv_close(f, *fp8, GetParam() + " gpu fp8 fp8-kv", 2.5e-1);  // (plus FP8 weights' bar)
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(list_fixtures()),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Golden);

@@ -33,6 +33,7 @@
 #include "device_caps.h"
 #include "elementwise.cuh"
 #include "engine.h"
+#include "fp8.h"
 #include "kernel_test_util.cuh"
 #include "norm.cuh"
 #include "rope.cuh"
@@ -374,6 +375,111 @@ TYPED_TEST(Kernels, RopeQKV) {
             EXPECT_EQ(touched_elsewhere, 0u) << "cache rows outside the written positions changed";
         }
     });
+}
+
+// An FP8 KV cache (C = uint8_t): the keys and values of each (token, KV head) become E4M3 codes
+// and one scale in kv_scale_index order (fp8.h). Against the CPU: split, QK-norm and rotation as
+// above, then fp8_round_trip of each head row. The rotated keys agree with the CPU's to ~1e-6
+// before rounding, so a code may differ by one step where a value lies on a rounding boundary:
+// the keys are compared in rel-L2 (bar 5e-3; the quantization itself is ~2e-2) and max-abs (one step, 2^-3 of the head's largest
+// value, which 448 stands for); the values are not computed at all, so they must match exactly,
+// and so must the keys' and values' scales up to float rounding. Rows nobody writes keep
+// their poison (codes 0xFF, NaN scales).
+template <typename T>
+void rope_into_fp8_cache(std::mt19937& rng) {
+    for_each_input_type<T>([&](auto x) {
+        using X = decltype(x);
+        struct Case { int rows, nH, nKV, hd, pos0, bs; bool norm; };
+        for (const Case c : {Case{1, 8, 8, 128, 300, 16, true}, Case{1, 32, 8, 128, 40000, 16, true},
+                             Case{3, 5, 1, 72, 17, 8, true}, Case{2, 6, 3, 256, 9, 16, false}, Case{4, 2, 2, 8, 1, 8, true},
+                             Case{130, 4, 2, 64, 3, 16, true}, Case{7, 16, 4, 128, 5, 32, false}}) {
+            const int Q = c.nH * c.hd, KV = c.nKV * c.hd, QKV = Q + 2 * KV, pool_rows = (3 * c.rows + 2 + c.bs) / c.bs * c.bs;
+            std::vector<float> inv_freq(c.hd / 2);
+            for (int d = 0; d < c.hd / 2; d++) inv_freq[d] = (float)(1.0 / std::pow(5e5, 2.0 * d / c.hd));
+            const std::vector<float> qkv = rounded<X>(randn((size_t)c.rows * QKV, rng, 0.0f, 2.0f));
+            const std::vector<float> q_w = rounded<T>(randn(Q, rng, 1.0f, 0.3f)), k_w = rounded<T>(randn(KV, rng, 1.0f, 0.3f));
+            std::vector<int> pos(c.rows), rows(pool_rows);
+            for (int r = 0; r < c.rows; r++) pos[r] = c.pos0 + r;
+            std::iota(rows.begin(), rows.end(), 0);
+            std::shuffle(rows.begin(), rows.end(), rng);
+            rows.resize(c.rows);
+            DeviceArray<X> d_qkv(to_dtype<X>(qkv));
+            DeviceArray<T> d_q((size_t)c.rows * Q), d_qw(to_dtype<T>(q_w)), d_kw(to_dtype<T>(k_w));
+            DeviceArray<uint8_t> d_k((size_t)pool_rows * KV), d_v((size_t)pool_rows * KV);
+            DeviceArray<float> d_ks((size_t)pool_rows * c.nKV), d_vs((size_t)pool_rows * c.nKV), d_inv(inv_freq);
+            DeviceArray<int> d_pos(pos), d_rows(rows);
+            RopeParams<T, X, uint8_t> p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), c.rows, d_pos.get(), d_rows.get(),
+                                        c.nH, c.nKV, c.hd, d_inv.get(), 1.0f};
+            p.k_scale = d_ks.get(), p.v_scale = d_vs.get(), p.block_size = c.bs;
+            if (c.norm) p.q_norm = d_qw.get(), p.k_norm = d_kw.get(), p.eps = 1e-6f;
+            rope_qkv(p, 0);
+
+            std::vector<float> q, k, v;   // the CPU reference
+            for (int r = 0; r < c.rows; r++) {
+                const float* row = qkv.data() + (size_t)r * QKV;
+                q.insert(q.end(), row, row + Q);
+                k.insert(k.end(), row + Q, row + Q + KV);
+                v.insert(v.end(), row + Q + KV, row + QKV);
+            }
+            if (c.norm) {
+                cpu::rmsnorm(q.data(), q.data(), q_w.data(), c.rows, Q, 1e-6f);
+                cpu::rmsnorm(k.data(), k.data(), k_w.data(), c.rows, KV, 1e-6f);
+            }
+            cpu::rope(q.data(), c.rows, c.nH, c.hd, c.pos0, inv_freq.data(), 1.0f);
+            cpu::rope(k.data(), c.rows, c.nKV, c.hd, c.pos0, inv_freq.data(), 1.0f);
+            std::vector<float> k_scale, v_scale;   // the CPU's scales, per (token, head)
+            for (int i = 0; i < c.rows * c.nKV; i++) {
+                float ka = 0.0f, va = 0.0f;
+                for (int d = 0; d < c.hd; d++)
+                    ka = std::max(ka, std::fabs(k[(size_t)i * c.hd + d])), va = std::max(va, std::fabs(v[(size_t)i * c.hd + d]));
+                k_scale.push_back(fp8_row_scale(ka)), v_scale.push_back(fp8_row_scale(va));
+                fp8_round_trip(k.data() + (size_t)i * c.hd, c.hd);
+                fp8_round_trip(v.data() + (size_t)i * c.hd, c.hd);
+            }
+
+            const std::vector<uint8_t> k_codes = d_k.download(), v_codes = d_v.download();
+            const std::vector<float> ks = d_ks.download(), vs = d_vs.download();
+            std::vector<float> k_got, v_got, ks_got, vs_got;
+            std::vector<bool> written(pool_rows, false);
+            for (int r = 0; r < c.rows; r++) {
+                written[rows[r]] = true;
+                for (int h = 0; h < c.nKV; h++) {
+                    const int64_t at = kv_scale_index(rows[r], h, c.nKV, c.bs);
+                    ks_got.push_back(ks[at]), vs_got.push_back(vs[at]);
+                    for (int d = 0; d < c.hd; d++) {
+                        const size_t i = (size_t)rows[r] * KV + h * c.hd + d;
+                        k_got.push_back(ks[at] * e4m3_to_float(k_codes[i]));
+                        v_got.push_back(vs[at] * e4m3_to_float(v_codes[i]));
+                    }
+                }
+            }
+            size_t touched_elsewhere = 0;
+            for (int row = 0; row < pool_rows; row++)
+                for (int h = 0; h < c.nKV; h++) {
+                    if (written[row]) continue;
+                    const int64_t at = kv_scale_index(row, h, c.nKV, c.bs);
+                    touched_elsewhere += !std::isnan(ks[at]) || !std::isnan(vs[at]);
+                    for (int d = 0; d < c.hd; d++)
+                        touched_elsewhere += k_codes[(size_t)row * KV + h * c.hd + d] != 0xFF ||
+                                             v_codes[(size_t)row * KV + h * c.hd + d] != 0xFF;
+                }
+            const std::string shape = fmt("%s/%s qkv rows=%d nH=%d nKV=%d hd=%d bs=%d norm=%d", dtype_name<T>(),
+                                          dtype_name<X>(), c.rows, c.nH, c.nKV, c.hd, c.bs, (int)c.norm);
+            expect_close(download_f32(d_q), rounded<T>(q), tolerance<T>(), "rope q, FP8 cache " + shape);
+            expect_close(k_got, k, Tolerance{5e-3, 0.125}, "rope k into FP8 " + shape);
+            expect_close(ks_got, k_scale, Tolerance{1e-5, 1e-5}, "k scales " + shape);
+            expect_close(v_got, v, kExact, "v into FP8 " + shape);
+            expect_close(vs_got, v_scale, kExact, "v scales " + shape);
+            EXPECT_EQ(touched_elsewhere, 0u) << "cache rows outside the written positions changed";
+        }
+    });
+}
+
+TEST(KernelsFp8Cache, RopeQKVIntoFp8Cache) {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(77);
+    rope_into_fp8_cache<__half>(rng);
+    rope_into_fp8_cache<__nv_bfloat16>(rng);
 }
 
 // ---- sampling ----
