@@ -88,11 +88,15 @@ void check_params(const AttnParams<T, C>& p, const char* who, bool any_hd) {
 // So sm_80 (163 KB) runs HD 256 on BN 32 and 2 stages, sm_86 and sm_89 (99 KB) HD 128 in 2
 // stages and no HD 256 (attention_device_problem). The smaller shapes are instantiated only
 // where some GPU needs them.
-// (An FP8 cache adds 1 KB of scales to a prefill block, 1.5 KB to a decode block.)
+// An FP8 cache (C = uint8_t) adds 1 KB of scales to a prefill block; its decode stages hold
+// codes, half a 16-bit stage, next to one K/V tile pair in T (attention_decode.cuh), so it takes
+// 4 stages where they fit (HD 128: 103.5 KB), else 3 or 2.
 template <int HD, typename C = void> int prefill_bn(int smem) {  // the prefill key tile that fits smem bytes; 0: none
     return prefill_smem_bytes<HD, 64, C>() <= smem ? 64 : HD > 128 && prefill_smem_bytes<HD, 32, C>() <= smem ? 32 : 0;
 }
 template <int HD, typename C = void> int decode_stages(int smem) {  // the decode stages that fit smem bytes; 0: none
+    if constexpr (kFp8Cache<C>)
+        if (decode_smem_bytes<HD, 4, C>() <= smem) return 4;
     return decode_smem_bytes<HD, 3, C>() <= smem ? 3 : HD > 64 && decode_smem_bytes<HD, 2, C>() <= smem ? 2 : 0;
 }
 
@@ -197,7 +201,10 @@ void attention_decode(const AttnParams<T, C>& p, void* workspace, cudaStream_t s
                 attn::launch_decode<T, C, HD, S>(p, workspace, attn::decode_slot_count<T, C, HD, S>(p.s_cap, heads, p.batch),
                                                  stream);
             };
-            if (attn::decode_stages<HD, Cache>(device_caps().smem_per_block) == 3) launch(std::integral_constant<int, 3>{});
+            const int stages = attn::decode_stages<HD, Cache>(device_caps().smem_per_block);
+            if constexpr (kFp8Cache<C>)
+                if (stages == 4) return launch(std::integral_constant<int, 4>{});
+            if (stages == 3) launch(std::integral_constant<int, 3>{});
             else if constexpr (HD > 64) launch(std::integral_constant<int, 2>{});
         });
     }

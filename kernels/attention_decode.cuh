@@ -173,20 +173,110 @@ __device__ void prefetch_first_tiles(const AttnParams<T, C>& p, int b, int kvh, 
     }
 }
 
+// The split kernel's shared memory, in bytes from its base: the Q tile (16 rows), then for an
+// FP8 cache one K and one V tile in T that each warp fills with its own 16 rows, then STAGES
+// stages, then the table rings. A stage holds a K and a V tile in T, straight from a 16-bit pool;
+// from an FP8 pool it holds their codes (BN rows of HD bytes each) and scales (BN of K, BN of V).
+// Why the FP8 cache stages its codes instead of copying 8 of them into each 16-byte chunk of a
+// tile, as prefill does (load_kv_tile_async): a decode block's stream is bound by how many copies
+// it issues (paged_kv.cuh), so its copies must carry 16 bytes each, and the dequantization is
+// spread over the warps, each on the rows it reads, with no block-wide pass or barrier.
+template <typename C, int HD, int STAGES>
+struct DecodeSmem {
+    static constexpr bool kFp8 = kFp8Cache<C>;
+    static constexpr int kTile = kDecodeBN * HD * 2, kCodes = kDecodeBN * HD;   // a tile in T; its codes
+    static constexpr int kStage = kFp8 ? 2 * kCodes + kv_scale_bytes<C>(kDecodeBN) : 2 * kTile;
+    static constexpr int kWork = kDecodeRows * HD * 2;                   // the FP8 cache's K, V tiles in T
+    static constexpr int kStages = kWork + (kFp8 ? 2 * kTile : 0);
+    static constexpr int kRings = kStages + STAGES * kStage;
+    static constexpr int kBytes = kRings + kDecodeThreads / 32 * kTableRingBytes;
+};
+
+// An FP8 cache: starts copying the codes of keys key0 .. key0+BN-1 of KV head kvh into a stage
+// at `codes` (K's rows of HD bytes, then V's, BN·HD bytes on) in 16-byte copies (two of 8 where
+// hd is not a multiple of 16, as 16-byte copies need 16-byte aligned rows), and their scales to
+// `scales` (BN of K, then BN of V). Keys outside [lo, hi) and bytes past hd are zero, scales too.
+template <int BN, int THREADS, int HD, typename T>
+__device__ __forceinline__ void load_kv_codes_async(uint32_t codes, uint32_t scales, const AttnParams<T, uint8_t>& p,
+                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi) {
+    constexpr int UNITS = HD / 16, STEP = THREADS / UNITS;   // 16-byte units a row; rows a pass
+    static_assert(THREADS % UNITS == 0 && BN % STEP == 0 && THREADS == 2 * BN, "whole passes; a scale per thread");
+    const uint32_t row_bytes = p.nKV * p.hd, to_v = BN * HD;
+    const int u = threadIdx.x % UNITS, bytes = p.hd - u * 16;   // this thread's unit: bytes of it in the head
+    const char* k = reinterpret_cast<const char*>(p.k) + kvh * p.hd + (bytes > 0 ? u * 16 : 0);
+    const char* v = reinterpret_cast<const char*>(p.v) + kvh * p.hd + (bytes > 0 ? u * 16 : 0);
+    const bool wide = p.hd % 16 == 0;
+#pragma unroll
+    for (int r = threadIdx.x / UNITS; r < BN; r += STEP) {
+        const int key = key0 + r;
+        const uint32_t block = tw.block_of(key);
+        const bool valid = (unsigned)(key - lo) < (unsigned)(hi - lo) && bytes > 0;
+        const uint64_t at = mul_wide(valid ? block << tw.pg.shift | (key & tw.pg.mask) : 0, row_bytes);
+        const uint32_t dst = codes + r * HD + u * 16;
+        if (wide) {
+            cp_async_16(dst, k + at, valid);
+            cp_async_16(dst + to_v, v + at, valid);
+        } else {
+            cp_async_8(dst, k + at, valid);
+            cp_async_8(dst + to_v, v + at, valid);
+            cp_async_8(dst + 8, k + at + 8, valid && bytes > 8);
+            cp_async_8(dst + to_v + 8, v + at + 8, valid && bytes > 8);
+        }
+    }
+    if (threadIdx.x < 2 * BN) {   // thread t: the scale of K row t, or of V row t - BN
+        const int r = threadIdx.x % BN, key = key0 + r;
+        const uint32_t block = tw.block_of(key);   // (a warp-wide shuffle: every lane of these warps takes part)
+        const bool valid = (unsigned)(key - lo) < (unsigned)(hi - lo);
+        const int64_t at = valid ? kv_scale_index(block, key & tw.pg.mask, kvh, p.nKV, p.block_size) : 0;
+        cp_async_4(scales + threadIdx.x * 4, (threadIdx.x < BN ? p.k_scale : p.v_scale) + at, valid);
+    }
+}
+
+// An FP8 cache: rows row0 .. row0+15 of a stage's K and V codes (load_kv_codes_async) into the
+// same rows of the tiles k and v, as scale · code in T: the rows one warp reads.
+template <typename T, int HD>
+__device__ __forceinline__ void dequantize_warp_rows(SmemTile<HD> k, SmemTile<HD> v, uint32_t codes, uint32_t scales,
+                                                     int row0, int lane) {
+    constexpr int UNITS = HD / 16;
+#pragma unroll
+    for (int i = lane; i < 16 * UNITS; i += 32) {
+        const int r = row0 + i / UNITS, u = i % UNITS;
+#pragma unroll
+        for (int t = 0; t < 2; t++) {   // K, then V
+            uint4 c;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w)
+                         : "r"(codes + t * kDecodeBN * HD + r * HD + u * 16) : "memory");
+            const float scale = __int_as_float(ld_shared_b32(scales + (t * kDecodeBN + r) * 4));
+            const SmemTile<HD> tile = t == 0 ? k : v;
+            st_shared_v4(tile.at(r, 2 * u), dequantize8<T>(c.x, c.y, scale));
+            st_shared_v4(tile.at(r, 2 * u + 1), dequantize8<T>(c.z, c.w, scale));
+        }
+    }
+}
+
 // o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
 template <typename T, typename C, int HD, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T, C> p, int slots,
                                                                           float* o_part, float* lse_part) {
     constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8, WARPS = kDecodeThreads / 32;
+    using Smem = DecodeSmem<C, HD, STAGES>;
+    constexpr bool kFp8 = Smem::kFp8;
     static_assert(STAGES <= 8, "the table ring runs 8 tiles ahead (TableWindow)");
-    static_assert(WARPS * kDecodeRows * (HD + 2) * 4 <= 2 * STAGES * BN * HD * 2, "the merge fits in the K/V stages");
+    static_assert(WARPS * kDecodeRows * (HD + 2) * 4 <= Smem::kRings - Smem::kWork, "the merge fits after the Q tile");
     extern __shared__ __align__(128) uint4 smem[];
-    const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};  // then stage s: K, V at rows 16 + 2s*BN
-    auto k_stage = [&](int s) { return sq.rows_from(kDecodeRows + 2 * s * BN); };
-    auto v_stage = [&](int s) { return sq.rows_from(kDecodeRows + (2 * s + 1) * BN); };
-    // An FP8 cache's scales, after the table rings: stage s's K and V scales at scales(s).
-    const uint32_t scale_base = sq.base + (kDecodeRows + 2 * STAGES * BN) * SmemTile<HD>::kRowBytes + WARPS * kTableRingBytes;
-    auto scales = [&](int s) { return scale_base + s * kv_scale_bytes<C>(BN); };
+    const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};   // the layout: DecodeSmem
+    const uint32_t stages = sq.base + Smem::kStages;
+    auto k_stage = [&](int s) { return SmemTile<HD>{stages + s * Smem::kStage}; };   // 16-bit cache: the tiles
+    auto v_stage = [&](int s) { return SmemTile<HD>{stages + s * Smem::kStage + Smem::kTile}; };
+    auto codes = [&](int s) { return stages + s * Smem::kStage; };                   // FP8 cache: the codes
+    auto scales = [&](int s) { return stages + s * Smem::kStage + 2 * Smem::kCodes; };  // and scales
+    const SmemTile<HD> k_work{sq.base + Smem::kWork}, v_work{sq.base + Smem::kWork + Smem::kTile};   // FP8: in T
+    // Starts copying tile `tile` into stage s.
+    auto load = [&](int s, int tile, const TableWindow& tw, int kvh, int lo, int hi) {
+        if constexpr (kFp8) load_kv_codes_async<BN, kDecodeThreads, HD>(codes(s), scales(s), p, tw, kvh, tile * BN, lo, hi);
+        else load_kv_tile_async<BN, kDecodeThreads>(k_stage(s), v_stage(s), p, tw, kvh, tile * BN, lo, hi);
+    };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slot = blockIdx.y;
     // The combine kernel may launch at once (it waits for our writes anyway), and with it the
     // product after it (fp8_gemv), whose weights then stream while we run.
@@ -212,7 +302,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     // this one in the stream runs (rope, which writes q and this step's K/V rows); the launch is
     // a programmatic dependent one, so this much overlaps that kernel's tail, and so does the
     // request to L2 for the first tiles' K/V rows.
-    TableWindow tw(pages_of(p, run.b), lo, hi, lane, sq.base + (kDecodeRows + 2 * STAGES * BN) * SmemTile<HD>::kRowBytes + warp * kTableRingBytes);
+    TableWindow tw(pages_of(p, run.b), lo, hi, lane, sq.base + Smem::kRings + warp * kTableRingBytes);
     prefetch_first_tiles(p, run.b, map.kvh, lo, min(hi, (tile_lo + STAGES - 1) * BN));
     grid_dependency_wait();
     load_q_tile_async<kDecodeRows, kDecodeThreads>(sq, p, map);
@@ -221,7 +311,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     for (int i = 0; i < STAGES - 1; i++) {
         if (tile_lo + i <= tile_hi) {
             tw.advance((tile_lo + i) * BN);
-            load_kv_tile_async<BN, kDecodeThreads>(k_stage(i), v_stage(i), p, tw, map.kvh, (tile_lo + i) * BN, lo, hi, scales(i));
+            load(i, tile_lo + i, tw, map.kvh, lo, hi);
         }
         cp_async_commit();
     }
@@ -235,25 +325,26 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
         const int stage = (tile - tile_lo) % STAGES, next = tile + STAGES - 1, key0 = tile * BN + warp * WN;
         if (next <= tile_hi) {
             tw.advance(next * BN);
-            const int s = (next - tile_lo) % STAGES;
-            load_kv_tile_async<BN, kDecodeThreads>(k_stage(s), v_stage(s), p, tw, map.kvh, next * BN, lo, hi, scales(s));
+            load((next - tile_lo) % STAGES, next, tw, map.kvh, lo, hi);
         }
         cp_async_commit();
         cp_async_wait<STAGES - 1>();  // tile `tile` (and Q) have landed
         __syncthreads();
-        if constexpr (kFp8Cache<C>) {
-            dequantize_kv_tile<BN, kDecodeThreads, T>(k_stage(stage), v_stage(stage), scales(stage));
-            __syncthreads();
+        SmemTile<HD> k = k_stage(stage), v = v_stage(stage);
+        if constexpr (kFp8) {   // this warp's rows, into the tiles in T
+            dequantize_warp_rows<T, HD>(k_work, v_work, codes(stage), scales(stage), warp * WN, lane);
+            __syncwarp();
+            k = k_work, v = v_work;
         }
 
         float s[1][NT][4];
-        warp_scores<T, HD, 1, NT>(s, q, k_stage(stage).rows_from(warp * WN), lane);
+        warp_scores<T, HD, 1, NT>(s, q, k.rows_from(warp * WN), lane);
         // Only the tiles that some row sees in part (the last one; the window's first) need the mask.
         if (tile * BN + BN - 1 > pos0 || (p.window > 0 && tile * BN <= pos_hi - p.window))
             mask_scores<1, NT>(s, row_pos, key0, p.window, lane);
         online_softmax<1, NT, DT>(s, m, l, o, c);
-        warp_pv<T, HD, 1, NT>(o, s, v_stage(stage).rows_from(warp * WN), lane);
-        __syncthreads();
+        warp_pv<T, HD, 1, NT>(o, s, v.rows_from(warp * WN), lane);
+        __syncthreads();   // every warp is done with the stage before it is refilled
     }
     cp_async_wait<0>();
     merge_warps<T, HD>(reinterpret_cast<float*>(smem) + kDecodeRows * HD / 2, o, m, l, p, map, slot, c, o_part, lse_part);
@@ -309,11 +400,9 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
     dst[3] = from_float<T>(acc.w * inv);
 }
 
-// Q, the K/V stages, the table rings and (an FP8 cache) the stages' scales.
 template <int HD, int STAGES = kDecodeStages, typename C = void>
 constexpr int decode_smem_bytes() {
-    constexpr int bytes = (kDecodeRows + 2 * STAGES * kDecodeBN) * HD * 2 + kDecodeThreads / 32 * kTableRingBytes +
-                          STAGES * kv_scale_bytes<C>(kDecodeBN);
+    constexpr int bytes = DecodeSmem<C, HD, STAGES>::kBytes;
     static_assert(bytes <= kMaxSmemBytes, "shared memory per block");
     return bytes;
 }

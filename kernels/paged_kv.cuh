@@ -113,20 +113,30 @@ __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD>
 template <typename C>
 constexpr int kv_scale_bytes(int bn) { return kFp8Cache<C> ? 2 * bn * 4 : 0; }
 
-// The 16-byte chunk at shared address s holds 8 E4M3 codes in its first 8 bytes: it becomes the
-// 8 values scale · code in T (exact in fp32, then rounded once).
+// 8 E4M3 codes (code j in byte j % 4 of word j / 4) -> the 8 values scale · code in T, packed
+// as 16 bytes of a tile chunk (exact in fp32, then rounded once).
 template <typename T>
-__device__ __forceinline__ void dequantize_chunk(uint32_t s, float scale) {
-    uint32_t codes[2], out[4];
-    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(codes[0]), "=r"(codes[1]) : "r"(s) : "memory");
+__device__ __forceinline__ uint4 dequantize8(uint32_t lo, uint32_t hi, float scale) {
+    uint32_t out[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {   // codes 2i (low byte) and 2i + 1
-        const __half2 h(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(codes[i / 2] >> (16 * (i % 2))), __NV_E4M3));
-        const float2 f = __half22float2(h);
+        const uint32_t two = (i < 2 ? lo : hi) >> (16 * (i % 2));
+        const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3)));
         out[i] = pack2<T>(f.x * scale, f.y * scale);
     }
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(s), "r"(out[0]), "r"(out[1]), "r"(out[2]), "r"(out[3])
-                 : "memory");
+    return {out[0], out[1], out[2], out[3]};
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t s, uint4 v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(s), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// The 16-byte chunk at shared address s holds 8 E4M3 codes in its first 8 bytes: it becomes
+// their 8 values in T, in place.
+template <typename T>
+__device__ __forceinline__ void dequantize_chunk(uint32_t s, float scale) {
+    uint32_t lo, hi;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(lo), "=r"(hi) : "r"(s) : "memory");
+    st_shared_v4(s, dequantize8<T>(lo, hi, scale));
 }
 
 // An FP8 cache's K and V tiles, as load_kv_tile_async left them, made into values of T in place:
