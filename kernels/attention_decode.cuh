@@ -31,6 +31,10 @@
 //   16w .. 16w+15 of each tile and keeps its own online-softmax state (m, l, o) over them. At
 //   the end the 4 warps' states merge through shared memory and the block writes, per row, o_s
 //   and lse_s.
+// An FP8 cache (AttnParams<T, uint8_t>): the stages hold the tiles' E4M3 codes and their scales,
+//   copied 16 bytes at a time, and each warp turns its own 16 rows of a stage into a K and a V
+//   tile in T before it reads them (DecodeSmem, load_kv_codes_async, dequantize_warp_rows); the
+//   flash steps are those above. 4 stages where they fit.
 // Combine kernel: one block per (token, head) row, over its sequence's splits, in one pass with
 //   a running max (the online softmax again, over splits). It is launched as a programmatic
 //   dependent of the split kernel where the GPU has those (launch_dependent): its blocks start

@@ -28,6 +28,9 @@
 //   that allow a block less (sm_80: 163 KB) run HD 256 on key tiles of BN = 32 (attention.cuh).
 //   Registers: o (16·MT x HD / 32 lanes = 128 fp32 at HD 128 and 256) + s (MT·BN/2 fp32): at
 //   most 255 per thread, without spills.
+//   An FP8 cache (AttnParams<T, uint8_t>): each 16-byte chunk of a K/V tile receives 8 codes, and
+//   once a tile has landed the block turns them into values of T in place (dequantize_kv_tile,
+//   paged_kv.cuh) between two barriers; the flash steps are unchanged.
 #pragma once
 #include <algorithm>
 #include <cmath>

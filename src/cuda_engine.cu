@@ -1,7 +1,8 @@
 // cuda_engine.cu: the CUDA engine. The same forward pass as cpu_engine.cpp, op for op, as a
 // list of kernel launches (kernels/*.cuh) and cuBLAS GEMMs.
 //
-//   T = storage type of weights, GEMM inputs and KV cache (bf16, fp16 or fp32); every kernel
+//   T = storage type of weights, GEMM inputs and KV cache (bf16, fp16 or fp32; the KV cache may
+//   instead be FP8, --kv-dtype fp8: LayerCache, with_pools); every kernel
 //   computes in fp32 and rounds once. GEMMs accumulate in fp32; the kernel that consumes a
 //   GEMM output rounds once into T (the next GEMM's input or the KV cache). G is the type the
 //   two widest products, q|k|v and gate|up, are written in: bf16 when the weights are bf16,
