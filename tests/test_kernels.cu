@@ -291,6 +291,27 @@ TYPED_TEST(Kernels, NormsOfFp32Input) {
 
 // ---- rope ----
 
+// The CPU reference of rope_qkv's first steps: each token's row of qkv [rows, Q + 2KV] split into
+// q [rows, Q], k and v [rows, KV], with the QK-norm (eps 1e-6) applied to q and k when q_w is given.
+struct QkvParts {
+    std::vector<float> q, k, v;
+};
+QkvParts split_qkv(const std::vector<float>& qkv, int rows, int Q, int KV, const std::vector<float>* q_w,
+                   const std::vector<float>* k_w) {
+    QkvParts p;
+    for (int r = 0; r < rows; r++) {
+        const float* row = qkv.data() + (size_t)r * (Q + 2 * KV);
+        p.q.insert(p.q.end(), row, row + Q);
+        p.k.insert(p.k.end(), row + Q, row + Q + KV);
+        p.v.insert(p.v.end(), row + Q + KV, row + Q + 2 * KV);
+    }
+    if (q_w) {
+        cpu::rmsnorm(p.q.data(), p.q.data(), q_w->data(), rows, Q, 1e-6f);
+        cpu::rmsnorm(p.k.data(), p.k.data(), k_w->data(), rows, KV, 1e-6f);
+    }
+    return p;
+}
+
 // qkv (the GEMM output) is T, or fp32 as in the engine; q and the K/V cache rows are T. With
 // norm, the OLMo-2/3 QK-norm comes first (each token's whole q and whole k RMS-normalized), and
 // the normalized q|k is also written back into qkv (the engine's hooks read it there).
@@ -333,17 +354,8 @@ TYPED_TEST(Kernels, RopeQKV) {
                 EXPECT_EQ(download_f32(d_q), q_got) << "rope_qkv with the normalized q|k written back: other q";
             }
 
-            std::vector<float> q, k, v;  // the CPU reference: split, QK-norm, then rotate q and k in place
-            for (int r = 0; r < c.rows; r++) {
-                const float* row = qkv.data() + (size_t)r * QKV;
-                q.insert(q.end(), row, row + Q);
-                k.insert(k.end(), row + Q, row + Q + KV);
-                v.insert(v.end(), row + Q + KV, row + QKV);
-            }
-            if (c.norm) {
-                cpu::rmsnorm(q.data(), q.data(), q_w.data(), c.rows, Q, 1e-6f);
-                cpu::rmsnorm(k.data(), k.data(), k_w.data(), c.rows, KV, 1e-6f);
-            }
+            // the CPU reference: split, QK-norm, then rotate q and k in place
+            auto [q, k, v] = split_qkv(qkv, c.rows, Q, KV, c.norm ? &q_w : nullptr, &k_w);
             const std::string shape = fmt("%s qkv rows=%d nH=%d nKV=%d hd=%d pos0=%d af=%.3f norm=%d", dtype_name<X>(),
                                           c.rows, c.nH, c.nKV, c.hd, c.pos0, c.attn_factor, (int)c.norm);
             if (c.norm) {   // qkv now holds the normalized q|k (before the rotation) and v as it was
@@ -414,17 +426,7 @@ void rope_into_fp8_cache(std::mt19937& rng) {
             if (c.norm) p.q_norm = d_qw.get(), p.k_norm = d_kw.get(), p.eps = 1e-6f;
             rope_qkv(p, 0);
 
-            std::vector<float> q, k, v;   // the CPU reference
-            for (int r = 0; r < c.rows; r++) {
-                const float* row = qkv.data() + (size_t)r * QKV;
-                q.insert(q.end(), row, row + Q);
-                k.insert(k.end(), row + Q, row + Q + KV);
-                v.insert(v.end(), row + Q + KV, row + QKV);
-            }
-            if (c.norm) {
-                cpu::rmsnorm(q.data(), q.data(), q_w.data(), c.rows, Q, 1e-6f);
-                cpu::rmsnorm(k.data(), k.data(), k_w.data(), c.rows, KV, 1e-6f);
-            }
+            auto [q, k, v] = split_qkv(qkv, c.rows, Q, KV, c.norm ? &q_w : nullptr, &k_w);   // the CPU reference
             cpu::rope(q.data(), c.rows, c.nH, c.hd, c.pos0, inv_freq.data(), 1.0f);
             cpu::rope(k.data(), c.rows, c.nKV, c.hd, c.pos0, inv_freq.data(), 1.0f);
             std::vector<float> k_scale, v_scale;   // the CPU's scales, per (token, head)
