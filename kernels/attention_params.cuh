@@ -56,7 +56,7 @@ struct AttnParams {
     const float* k_scale = nullptr;   // C = uint8_t: the K and V pools' scales [num_blocks * nKV *
     const float* v_scale = nullptr;   //   block_size], in kv_scale_index order (fp8.h)
 };
-template <typename C> constexpr bool kFp8Cache = std::is_same_v<C, uint8_t>;
+
 // attention_decode reads pos0 and block_table before it waits for the kernel ahead of it in the
 // stream (a programmatic dependent launch), so they must not be written by that kernel: the
 // engine uploads them with a copy at the start of the step.

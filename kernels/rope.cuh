@@ -132,7 +132,7 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
             hi.v[j] = b.v[j] * c + a.v[j] * s;
         }
     };
-    constexpr bool kFp8 = std::is_same_v<C, uint8_t>;
+    constexpr bool kFp8 = kFp8Cache<C>;
     const int heads = kFp8 ? p.n_heads : p.n_heads + 2 * p.n_kv_heads;   // the threads' share
     for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < heads * half / N; t += gridDim.y * blockDim.x) {
         const int head = t * N / half, e = t * N % half, i = head * p.head_dim + e;
@@ -210,7 +210,7 @@ template <typename T, typename X, typename C> void rope_qkv(const RopeParams<T, 
     constexpr int threads = 256;
     if (p.head_dim % 2 != 0 || p.head_dim / 2 > threads)
         fail("rope_qkv: head_dim " + std::to_string(p.head_dim) + " is odd or above " + std::to_string(2 * threads));
-    if (std::is_same_v<C, uint8_t> && (p.head_dim > 256 || !p.k_scale || !p.v_scale || p.block_size <= 0))
+    if (kFp8Cache<C> && (p.head_dim > 256 || !p.k_scale || !p.v_scale || p.block_size <= 0))
         fail("rope_qkv: an FP8 cache takes head_dim up to 256 (got " + std::to_string(p.head_dim) + "), its scales and block size");
     // A few tokens (decode): each token's pairs spread over several blocks, each block repeating
     // the two short reductions. Many tokens (prefill): one block per token. Writing the

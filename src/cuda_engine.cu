@@ -498,7 +498,7 @@ private:
                 cudaCheck(cudaMemcpy(h.data(), k + (size_t)rows[r] * KV, KV * sizeof(C), cudaMemcpyDeviceToHost));
                 float scale = 1.0f;   // (FP8: the scale of head i / hd)
                 for (int i = 0; i < KV; i++) {
-                    if constexpr (std::is_same_v<C, uint8_t>) {
+                    if constexpr (kFp8Cache<C>) {
                         if (i % hd == 0)
                             cudaCheck(cudaMemcpy(&scale, L.k_scale + kv_scale_index(rows[r], i / hd, c_.n_kv_heads, bs),
                                                  sizeof(float), cudaMemcpyDeviceToHost));

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 // Functions both the CPU and the kernels call.
 #ifdef __CUDACC__
@@ -105,6 +106,9 @@ void quantize_row_fp8(uint8_t* q, float* scale, const F* w, int K, int ld) {
 // so that the tile of keys an attention block reads for one head has its scales side by side,
 // and a block's scales (copy on write) are one contiguous run of nKV·bs.
 // (slot: the row's place in its block; both forms, the kernels use the first)
+// The kernels' storage type of such a cache's codes (a pool of C = uint8_t is an FP8 cache).
+template <typename C> constexpr bool kFp8Cache = std::is_same_v<C, uint8_t>;
+
 OLMO_HOST_DEVICE inline int64_t kv_scale_index(int64_t block, int slot, int kvh, int nKV, int block_size) {
     return (block * nKV + kvh) * block_size + slot;
 }
