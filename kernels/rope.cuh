@@ -70,6 +70,47 @@ template <typename T, typename X = T, typename C = T> struct RopeParams {
     int block_size = 0;              //   and the pools' block size
 };
 
+// An FP8 cache: a token's K and V heads into row `row` of the pools, a warp a head (warp w of
+// the grid takes heads w, w + warps, ...): the head's values(head, e, lo, hi), as rope_qkv_kernel
+// makes them, at most 32·N·P pairs of them a warp; their largest |value|, one warp reduction; then
+// the codes and the scale (fp8.h).
+template <int N, typename T, typename X, typename Values>
+__device__ __forceinline__ void store_kv_heads_fp8(const RopeParams<T, X, uint8_t>& p, int64_t row, Values& values) {
+    constexpr int P = 128 / (32 * N);   // packs per lane (hd/2 <= 128)
+    const int half = p.head_dim / 2, KV = p.n_kv_heads * p.head_dim;
+    const int lane = threadIdx.x % 32, warps = gridDim.y * blockDim.x / 32;
+    for (int j = (blockIdx.y * blockDim.x + threadIdx.x) / 32; j < 2 * p.n_kv_heads; j += warps) {
+        const int h = j % p.n_kv_heads;   // KV head h of the K pool (j < nKV), then of the V pool
+        Pack<float, N> lo[P], hi[P];
+        float amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int e = (k * 32 + lane) * N;
+            if (e >= half) continue;
+            values(p.n_heads + j, e, lo[k], hi[k]);
+            for (int n = 0; n < N; n++) amax = fmaxf(amax, fmaxf(fabsf(lo[k].v[n]), fabsf(hi[k].v[n])));
+        }
+        amax = warp_reduce(amax, MaxOp{});
+        const float inv = fp8_row_inverse_scale(amax);
+        uint8_t* dst = (j < p.n_kv_heads ? p.k_cache : p.v_cache) + row * KV + h * p.head_dim;
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int e = (k * 32 + lane) * N;
+            if (e >= half) continue;
+            Pack<uint8_t, N> ql, qh;
+            for (int n = 0; n < N; n++) {
+                ql.v[n] = __nv_cvt_float_to_fp8(lo[k].v[n] * inv, __NV_SATFINITE, __NV_E4M3);
+                qh.v[n] = __nv_cvt_float_to_fp8(hi[k].v[n] * inv, __NV_SATFINITE, __NV_E4M3);
+            }
+            *reinterpret_cast<Pack<uint8_t, N>*>(dst + e) = ql;
+            *reinterpret_cast<Pack<uint8_t, N>*>(dst + e + half) = qh;
+        }
+        if (lane == 0)
+            (j < p.n_kv_heads ? p.k_scale : p.v_scale)[kv_scale_index(row / p.block_size, (int)(row % p.block_size), h,
+                                                                      p.n_kv_heads, p.block_size)] = fp8_row_scale(amax);
+    }
+}
+
 // N: consecutive elements per thread (4 when the head size and the pointers allow Pack
 // accesses, else 1): a thread takes elements d .. d+N-1 of a head's first half and their
 // partners d+hd/2 .. d+hd/2+N-1.
@@ -147,40 +188,7 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
             store_pack<N>(dst + half, hi);
         }
     }
-    if constexpr (kFp8) {   // the warps' share: one K or V head each, at most 32·N·P pairs
-        constexpr int P = 128 / (32 * N);   // packs per lane (half <= 128)
-        const int lane = threadIdx.x % 32, warps = gridDim.y * blockDim.x / 32;
-        for (int j = (blockIdx.y * blockDim.x + threadIdx.x) / 32; j < 2 * p.n_kv_heads; j += warps) {
-            const int h = j % p.n_kv_heads;   // KV head h of the K pool (j < nKV), then of the V pool
-            Pack<float, N> lo[P], hi[P];
-            float amax = 0.0f;
-#pragma unroll
-            for (int k = 0; k < P; k++) {
-                const int e = (k * 32 + lane) * N;
-                if (e >= half) continue;
-                values(p.n_heads + j, e, lo[k], hi[k]);
-                for (int n = 0; n < N; n++) amax = fmaxf(amax, fmaxf(fabsf(lo[k].v[n]), fabsf(hi[k].v[n])));
-            }
-            amax = warp_reduce(amax, MaxOp{});
-            const float inv = fp8_row_inverse_scale(amax);
-            uint8_t* dst = (j < p.n_kv_heads ? p.k_cache : p.v_cache) + row * KV + h * p.head_dim;
-#pragma unroll
-            for (int k = 0; k < P; k++) {
-                const int e = (k * 32 + lane) * N;
-                if (e >= half) continue;
-                Pack<uint8_t, N> ql, qh;
-                for (int n = 0; n < N; n++) {
-                    ql.v[n] = __nv_cvt_float_to_fp8(lo[k].v[n] * inv, __NV_SATFINITE, __NV_E4M3);
-                    qh.v[n] = __nv_cvt_float_to_fp8(hi[k].v[n] * inv, __NV_SATFINITE, __NV_E4M3);
-                }
-                *reinterpret_cast<Pack<uint8_t, N>*>(dst + e) = ql;
-                *reinterpret_cast<Pack<uint8_t, N>*>(dst + e + half) = qh;
-            }
-            if (lane == 0)
-                (j < p.n_kv_heads ? p.k_scale : p.v_scale)[kv_scale_index(row / p.block_size, (int)(row % p.block_size), h,
-                                                                          p.n_kv_heads, p.block_size)] = fp8_row_scale(amax);
-        }
-    }
+    if constexpr (kFp8) store_kv_heads_fp8<N>(p, row, values);   // the warps' share
 }
 
 // sumsq[r] = (Σ q², Σ k²) over token r's q part [Q] and k part [KV] of qkv (one block per token).
