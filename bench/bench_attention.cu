@@ -9,6 +9,8 @@
 //            launches from the host and as CUDA-graph replays (as the engine runs decode); also
 //            the split kernel alone, K/V pipelines of 2 to 6 stages, the same cache read through
 //            a shuffled block table, and a plain kernel reading the same bytes (the roofline).
+//            The same caches in FP8 (--kv-dtype fp8: E4M3 codes and a scale per row and KV
+//            head, src/fp8.h), graph replays, 3, 4 and 6 stages, bandwidth of codes + scales.
 //   batched decode  bf16, hd 128, 40/8 heads, one launch for all sequences of a step (graph
 //            replays): 16 x 2048 keys, and mixed lengths (one of 32768 keys with 15 of 512).
 // The cache is paged with blocks of 16 tokens; unless said otherwise the block table is the
@@ -21,12 +23,14 @@
 // comparison with PyTorch; "-" for none) [part].
 #include <algorithm>
 #include <cmath>
+#include <cuda_fp8.h>
 #include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "attention.cuh"
+#include "fp8.h"
 
 using namespace olmo;
 using bf16 = __nv_bfloat16;
@@ -40,6 +44,22 @@ __global__ void fill_uniform(bf16* x, size_t n, uint64_t seed, float scale) {
         h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
         x[i] = __float2bfloat16_rn(scale * ((float)(h >> 40) / (float)(1 << 23) - 1.0f));
     }
+}
+
+// Rows of hd values of x [rows, nKV*hd] as an FP8 cache holds them: codes, and scales at
+// kv_scale_index (blocks of kBlock rows). One warp per (row, KV head).
+__global__ void quantize_cache(const bf16* x, uint8_t* codes, float* scales, int rows, int nKV, int hd, int block) {
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (warp >= rows * nKV) return;
+    const int row = warp / nKV, h = warp % nKV;
+    const bf16* in = x + (size_t)warp * hd;
+    float amax = 0.0f;
+    for (int d = lane; d < hd; d += 32) amax = fmaxf(amax, fabsf(__bfloat162float(in[d])));
+    amax = warp_reduce(amax, MaxOp{});
+    const float inv = fp8_row_inverse_scale(amax);
+    for (int d = lane; d < hd; d += 32)
+        codes[(size_t)warp * hd + d] = __nv_cvt_float_to_fp8(__bfloat162float(in[d]) * inv, __NV_SATFINITE, __NV_E4M3);
+    if (lane == 0) scales[kv_scale_index(row / block, row % block, h, nKV, block)] = fp8_row_scale(amax);
 }
 
 bf16* device_random(size_t n, uint64_t seed, float scale = 1.0f) {
@@ -264,13 +284,13 @@ void bench_decode(int nH, int nKV, Results& res) {
     const double ms_graph = graph_ms([&](int i, cudaStream_t st) { attention_decode(params(i % sets), ws, st); }, 20, 30);
     const double ms_shuffled =
         graph_ms([&](int i, cudaStream_t st) { attention_decode(params(i % sets, shuffled), ws, st); }, 20, 30);
-    const int count = attn::decode_slot_count<bf16, 128>(ctx, nKV, 1);
+    const int count = attn::decode_slot_count<bf16, bf16, 128>(ctx, nKV, 1);
     // The split kernel alone (without the combine), to see where the time goes.
     float* o_part = static_cast<float*>(ws);
     float* lse_part = o_part + (size_t)count * nH * hd;
     const double ms_split = median_ms(
         [&](int i) {
-            attn::attention_decode_kernel<bf16, 128, attn::kDecodeStages><<<dim3(nKV, count), attn::kDecodeThreads, attn::decode_smem_bytes<128>()>>>(
+            attn::attention_decode_kernel<bf16, bf16, 128, attn::kDecodeStages><<<dim3(nKV, count), attn::kDecodeThreads, attn::decode_smem_bytes<128>()>>>(
                 params(i % sets), count, o_part, lse_part);
             cudaCheckLaunch();
         },
@@ -288,9 +308,9 @@ void bench_decode(int nH, int nKV, Results& res) {
     // Other K/V pipeline depths (the default is attn::kDecodeStages), as graph replays.
     auto depth = [&](auto stages) {
         constexpr int S = decltype(stages)::value;
-        const int splits = attn::decode_slot_count<bf16, 128, S>(ctx, nKV, 1);
+        const int splits = attn::decode_slot_count<bf16, bf16, 128, S>(ctx, nKV, 1);
         const double t = graph_ms(
-            [&](int i, cudaStream_t st) { attn::launch_decode<bf16, 128, S>(params(i % sets), ws, splits, st); }, 20, 30);
+            [&](int i, cudaStream_t st) { attn::launch_decode<bf16, bf16, 128, S>(params(i % sets), ws, splits, st); }, 20, 30);
         printf("  graph, %d stages (%d splits): %7.2f us %5.2f TB/s\n", S, splits, t * 1e3, bytes / t / 1e9);
     };
     depth(std::integral_constant<int, 2>{});
@@ -299,6 +319,46 @@ void bench_decode(int nH, int nKV, Results& res) {
     depth(std::integral_constant<int, 6>{});
     printf("  graph, shuffled block table: %7.2f us %5.2f TB/s\n", ms_shuffled * 1e3, bytes / ms_shuffled / 1e9);
     char key[64];
+
+    // The same caches in FP8.
+    std::vector<uint8_t*> k8(sets), v8(sets);
+    std::vector<float*> ks(sets), vs(sets);
+    for (int s = 0; s < sets; s++) {
+        for (uint8_t** c : {&k8[s], &v8[s]}) cudaCheck(cudaMalloc(c, nkv));
+        for (float** f : {&ks[s], &vs[s]}) cudaCheck(cudaMalloc(f, (size_t)ctx * nKV * sizeof(float)));
+        const int blocks = (ctx * nKV * 32 + 255) / 256;
+        quantize_cache<<<blocks, 256>>>(k[s], k8[s], ks[s], ctx, nKV, hd, kBlock);
+        quantize_cache<<<blocks, 256>>>(v[s], v8[s], vs[s], ctx, nKV, hd, kBlock);
+        cudaCheckLaunch();
+    }
+    auto params8 = [&](int s) {
+        const AttnParams<bf16> p = params(s);
+        AttnParams<bf16, uint8_t> f{p.q, k8[s], v8[s], p.out, p.n_q, p.pos0, p.nH, p.nKV, p.hd, p.window, p.scale, p.s_cap,
+                                    p.block_table, p.table_stride, p.block_size, p.batch};
+        f.k_scale = ks[s], f.v_scale = vs[s];
+        return f;
+    };
+    const double bytes8 = 2.0 * nkv + 2.0 * ctx * nKV * sizeof(float);
+    const double ms8 = graph_ms([&](int i, cudaStream_t st) { attention_decode(params8(i % sets), ws, st); }, 20, 30);
+    attention_decode(params8(0), ws, 0);
+    printf("  FP8 cache (graph): %7.2f us %5.2f TB/s of codes and scales, %.2fx the bf16 cache's time; rel-L2 vs naive "
+           "over bf16 %.2e\n", ms8 * 1e3, bytes8 / ms8 / 1e9, ms8 / ms_graph, rel_l2(out, ref, nq));
+    auto depth8 = [&](auto stages) {
+        constexpr int S = decltype(stages)::value;
+        const int splits = attn::decode_slot_count<bf16, uint8_t, 128, S>(ctx, nKV, 1);
+        const double t = graph_ms(
+            [&](int i, cudaStream_t st) { attn::launch_decode<bf16, uint8_t, 128, S>(params8(i % sets), ws, splits, st); }, 20, 30);
+        printf("  FP8 cache, %d stages (%d splits): %7.2f us %5.2f TB/s\n", S, splits, t * 1e3, bytes8 / t / 1e9);
+    };
+    depth8(std::integral_constant<int, 3>{});
+    depth8(std::integral_constant<int, 4>{});
+    depth8(std::integral_constant<int, 6>{});
+    snprintf(key, sizeof key, "decode_%d_%d_fp8_graph", nH, nKV);
+    res.put(key, bytes8 / ms8 / 1e9);
+    for (int s = 0; s < sets; s++) {
+        for (uint8_t* c : {k8[s], v8[s]}) cudaCheck(cudaFree(c));
+        for (float* f : {ks[s], vs[s]}) cudaCheck(cudaFree(f));
+    }
     snprintf(key, sizeof key, "decode_%d_%d", nH, nKV);
     res.put(key, bytes / ms / 1e9);
     snprintf(key, sizeof key, "decode_%d_%d_graph", nH, nKV);
@@ -336,7 +396,7 @@ void bench_decode_batch(int nH, int nKV, const std::vector<int>& len, const char
     attention_naive(pn, naive_ws, 0);
     attention_decode(p, ws, 0);
     printf("decode batch of %2d, %-28s %2d/%-2d heads: %7.2f us %5.2f TB/s (graph; %d slots per KV head)  rel-L2 vs naive %.2e\n",
-           batch, what, nH, nKV, ms * 1e3, bytes / ms / 1e9, attn::decode_slot_count<bf16, 128>(s_cap, nKV, batch),
+           batch, what, nH, nKV, ms * 1e3, bytes / ms / 1e9, attn::decode_slot_count<bf16, bf16, 128>(s_cap, nKV, batch),
            rel_l2(out, ref, nq));
     res.put(key, bytes / ms / 1e9);
     for (void* b : {(void*)q, (void*)k, (void*)v, (void*)out, (void*)ref, (void*)pos0, (void*)table, ws, (void*)naive_ws})

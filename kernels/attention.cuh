@@ -9,6 +9,7 @@
 //   attention_prefill.cuh  flash attention for a chunk of one sequence
 //   hopper.cuh             sm_90a building blocks: mbarriers, TMA, wgmma, the swizzled panel
 //   attention_prefill_hopper.cuh  the same on Hopper: TMA producer, wgmma consumers
+//   attention_decode_fp8.cuh  decode's flash steps on an FP8 cache's codes (fp16 mma)
 //   attention_decode.cuh   flash-decoding for a step of many sequences, then the merge
 // defines: attention_device_problem, attention_naive, attention_naive_workspace_bytes,
 //          attention_prefill, attention_decode, attention_decode_workspace_bytes (and, from
@@ -89,8 +90,8 @@ void check_params(const AttnParams<T, C>& p, const char* who, bool any_hd) {
 // stages and no HD 256 (attention_device_problem). The smaller shapes are instantiated only
 // where some GPU needs them.
 // An FP8 cache (C = uint8_t) adds 1 KB of scales to a prefill block; its decode stages hold
-// codes, half a 16-bit stage, next to one K/V tile pair in T (attention_decode.cuh), so it takes
-// 4 stages where they fit (HD 128: 103.5 KB), else 3 or 2.
+// codes, half a 16-bit stage (attention_decode_fp8.cuh), so it takes 4 stages where they fit
+// (HD 128: 71.5 KB), else 3 or 2.
 template <int HD, typename C = void> int prefill_bn(int smem) {  // the prefill key tile that fits smem bytes; 0: none
     return prefill_smem_bytes<HD, 64, C>() <= smem ? 64 : HD > 128 && prefill_smem_bytes<HD, 32, C>() <= smem ? 32 : 0;
 }

@@ -1,7 +1,8 @@
 // attention_decode.cuh: flash-decoding for a few query rows per sequence, every sequence of a
 // decode step in one launch, on mma.sync tensor cores.
 // defines: attn::kDecodeRows, attn::kDecodeBN, attn::kDecodeThreads, attn::kDecodeStages,
-//          attn::kMaxSlots, attn::decode_row_blocks, attn::prefetch_first_tiles, attn::attention_decode_kernel,
+//          attn::kMaxSlots, attn::decode_row_blocks, attn::kMergeStride, attn::merge_at, attn::merge_warps,
+//          attn::prefetch_first_tiles, attn::DecodeSmem, attn::attention_decode_kernel,
 //          attn::attention_combine_kernel, attn::decode_smem_bytes, attn::decode_max_slots,
 //          attn::decode_slot_count, attn::launch_decode
 //
@@ -32,9 +33,9 @@
 //   the end the 4 warps' states merge through shared memory and the block writes, per row, o_s
 //   and lse_s.
 // An FP8 cache (AttnParams<T, uint8_t>): the stages hold the tiles' E4M3 codes and their scales,
-//   copied 16 bytes at a time, and each warp turns its own 16 rows of a stage into a K and a V
-//   tile in T before it reads them (DecodeSmem, load_kv_codes_async, dequantize_warp_rows); the
-//   flash steps are those above. 4 stages where they fit.
+//   copied 16 bytes at a time, and the warps multiply the codes as they are, on fp16 tensor
+//   cores, with the scales applied to the scores and the probabilities
+//   (attention_decode_fp8.cuh). 4 stages where they fit.
 // Combine kernel: one block per (token, head) row, over its sequence's splits, in one pass with
 //   a running max (the online softmax again, over splits). It is launched as a programmatic
 //   dependent of the split kernel where the GPU has those (launch_dependent): its blocks start
@@ -46,6 +47,7 @@
 #include <type_traits>
 
 #include "attention_params.cuh"
+#include "attention_decode_fp8.cuh"
 #include "attention_steps.cuh"
 #include "cuda_common.cuh"
 #include "paged_kv.cuh"
@@ -103,30 +105,38 @@ __device__ SlotRun plan_slots(const AttnParams<T, C>& p, int slots, int want_b, 
     return {-1, 0, 0};
 }
 
+// The merge's rows of o in shared memory: dim d of row r at r·kMergeStride + d + d/32, the
+// stride 4 banks past a multiple of 32, so that the fragments' stores (8 rows, 4 lanes a row,
+// 32 or, with an FP8 cache's dims, 16 dims apart: pv_dim) fall in different banks.
+template <int HD> constexpr int kMergeStride = (HD + HD / 32 + 27) / 32 * 32 + 4;
+template <int HD> __device__ __forceinline__ int merge_at(int r, int d) { return r * kMergeStride<HD> + d + d / 32; }
+
 // The end of a split block: each warp writes its (m, l, o) of the map's rows (of the tile's 16)
 // to `scratch` (shared memory over the K/V stages, no longer in use), then the block combines
 // them per row and writes this split's o_s = o/l and lse_s = c·m + log2(l) to slot `slot` of
-// o_part and lse_part.
+// o_part and lse_part. The accumulator fragments' column n of n-tile d is dim 8d + n, or with
+// an FP8 cache pv_dim(d, n).
 template <typename T, int HD, typename C>
 __device__ __forceinline__ void merge_warps(float* scratch, const float (&o)[1][HD / 8][4], const float (&m)[1][2],
                                             const float (&l)[1][2], const AttnParams<T, C>& p, const RowMap& map,
                                             int slot, float c, float* o_part, float* lse_part) {
     constexpr int DT = HD / 8, WARPS = kDecodeThreads / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float* so = scratch;                        // [WARPS][16][HD]
-    float* sm = so + WARPS * kDecodeRows * HD;  // [WARPS][16]
+    float* so = scratch;                                     // [WARPS][16] rows at merge_at
+    float* sm = so + WARPS * kDecodeRows * kMergeStride<HD>;  // [WARPS][16]
     float* sl = sm + WARPS * kDecodeRows;       // [WARPS][16]
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const float sum = quad_sum(l[0][half]);
         const int r = half * 8 + lane / 4;
         if (r >= map.rows) continue;   // a padded row (15 of the 16 at MHA): nothing reads it
-        float* row = so + (warp * kDecodeRows + r) * HD + (lane & 3) * 2;
 #pragma unroll
-        for (int d = 0; d < DT; d++) {
-            row[d * 8] = o[0][d][2 * half];
-            row[d * 8 + 1] = o[0][d][2 * half + 1];
-        }
+        for (int d = 0; d < DT; d++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int n = (lane & 3) * 2 + j;
+                so[merge_at<HD>(warp * kDecodeRows + r, kFp8Cache<C> ? pv_dim<HD>(d, n) : d * 8 + n)] = o[0][d][2 * half + j];
+            }
         if ((lane & 3) == 0) {
             sm[warp * kDecodeRows + r] = m[0][half];
             sl[warp * kDecodeRows + r] = sum;
@@ -146,7 +156,7 @@ __device__ __forceinline__ void merge_warps(float* scratch, const float (&o)[1][
             const float mw = sm[w * kDecodeRows + r];
             const float wt = mw == -INFINITY ? 0.0f : exp2_approx((mw - mx) * c);
             lsum += wt * sl[w * kDecodeRows + r];
-            osum += wt * so[(w * kDecodeRows + r) * HD + d];
+            osum += wt * so[merge_at<HD>(w * kDecodeRows + r, d)];
         }
         const int64_t row = (int64_t)slot * rows_slot + map.local_token(r) * p.nH + map.head(r);
         o_part[row * p.hd + d] = lsum > 0.0f ? osum / lsum : 0.0f;
@@ -177,97 +187,33 @@ __device__ void prefetch_first_tiles(const AttnParams<T, C>& p, int b, int kvh, 
     }
 }
 
-// The split kernel's shared memory, in bytes from its base: the Q tile (16 rows), then for an
-// FP8 cache one K and one V tile in T that each warp fills with its own 16 rows, then STAGES
-// stages, then the table rings. A stage holds a K and a V tile in T, straight from a 16-bit pool;
-// from an FP8 pool it holds their codes (BN rows of HD bytes each) and scales (BN of K, BN of V).
-// Why the FP8 cache stages its codes instead of copying 8 of them into each 16-byte chunk of a
-// tile, as prefill does (load_kv_tile_async): a decode block's stream is bound by how many copies
-// it issues (paged_kv.cuh), so its copies must carry 16 bytes each, and the dequantization is
-// spread over the warps, each on the rows it reads, with no block-wide pass or barrier.
+// The split kernel's shared memory, in bytes from its base: the Q tile (16 rows), then STAGES
+// stages, then the table rings; at the end the merge's rows (merge_warps) lie over the stages
+// and rings. A stage holds a K and a V tile in T, straight from a 16-bit pool;
+// from an FP8 pool it holds their codes (BN rows of HD bytes each, load_kv_codes_async) and
+// scales (BN of K, BN of V). Why the FP8 cache stages its codes instead of copying 8 of them
+// into each 16-byte chunk of a tile, as prefill does (load_kv_tile_async): a decode block's
+// stream is bound by how many copies it issues (paged_kv.cuh), so its copies must carry 16
+// bytes each.
 template <typename C, int HD, int STAGES>
 struct DecodeSmem {
     static constexpr bool kFp8 = kFp8Cache<C>;
     static constexpr int kTile = kDecodeBN * HD * 2, kCodes = kDecodeBN * HD;   // a tile in T; its codes
     static constexpr int kStage = kFp8 ? 2 * kCodes + kv_scale_bytes<C>(kDecodeBN) : 2 * kTile;
-    static constexpr int kWork = kDecodeRows * HD * 2;                   // the FP8 cache's K, V tiles in T
-    static constexpr int kStages = kWork + (kFp8 ? 2 * kTile : 0);
+    static constexpr int kStages = kDecodeRows * HD * 2;   // after the Q tile
     static constexpr int kRings = kStages + STAGES * kStage;
-    static constexpr int kBytes = kRings + kDecodeThreads / 32 * kTableRingBytes;
+    static constexpr int kMerge = kDecodeThreads / 32 * kDecodeRows * (kMergeStride<HD> + 2) * 4;
+    static constexpr int kBytes = std::max(kRings + kDecodeThreads / 32 * kTableRingBytes, kStages + kMerge);
 };
-
-// An FP8 cache: starts copying the codes of keys key0 .. key0+BN-1 of KV head kvh into a stage
-// at `codes` (K's rows of HD bytes, then V's, BN·HD bytes on) in 16-byte copies (two of 8 where
-// hd is not a multiple of 16, as 16-byte copies need 16-byte aligned rows), and their scales to
-// `scales` (BN of K, then BN of V). Keys outside [lo, hi) and bytes past hd are zero, scales too.
-template <int BN, int THREADS, int HD, typename T>
-__device__ __forceinline__ void load_kv_codes_async(uint32_t codes, uint32_t scales, const AttnParams<T, uint8_t>& p,
-                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi) {
-    constexpr int UNITS = HD / 16, STEP = THREADS / UNITS;   // 16-byte units a row; rows a pass
-    static_assert(THREADS % UNITS == 0 && BN % STEP == 0 && THREADS == 2 * BN, "whole passes; a scale per thread");
-    const uint32_t row_bytes = p.nKV * p.hd, to_v = BN * HD;
-    const int u = threadIdx.x % UNITS, bytes = p.hd - u * 16;   // this thread's unit: bytes of it in the head
-    const char* k = reinterpret_cast<const char*>(p.k) + kvh * p.hd + (bytes > 0 ? u * 16 : 0);
-    const char* v = reinterpret_cast<const char*>(p.v) + kvh * p.hd + (bytes > 0 ? u * 16 : 0);
-    const bool wide = p.hd % 16 == 0;
-#pragma unroll
-    for (int r = threadIdx.x / UNITS; r < BN; r += STEP) {
-        const int key = key0 + r;
-        const uint32_t block = tw.block_of(key);
-        const bool valid = (unsigned)(key - lo) < (unsigned)(hi - lo) && bytes > 0;
-        const uint64_t at = mul_wide(valid ? block << tw.pg.shift | (key & tw.pg.mask) : 0, row_bytes);
-        const uint32_t dst = codes + r * HD + u * 16;
-        if (wide) {
-            cp_async_16(dst, k + at, valid);
-            cp_async_16(dst + to_v, v + at, valid);
-        } else {
-            cp_async_8(dst, k + at, valid);
-            cp_async_8(dst + to_v, v + at, valid);
-            cp_async_8(dst + 8, k + at + 8, valid && bytes > 8);
-            cp_async_8(dst + to_v + 8, v + at + 8, valid && bytes > 8);
-        }
-    }
-    if (threadIdx.x < 2 * BN) {   // thread t: the scale of K row t, or of V row t - BN
-        const int r = threadIdx.x % BN, key = key0 + r;
-        const uint32_t block = tw.block_of(key);   // (a warp-wide shuffle: every lane of these warps takes part)
-        const bool valid = (unsigned)(key - lo) < (unsigned)(hi - lo);
-        const int64_t at = valid ? kv_scale_index(block, key & tw.pg.mask, kvh, p.nKV, p.block_size) : 0;
-        cp_async_4(scales + threadIdx.x * 4, (threadIdx.x < BN ? p.k_scale : p.v_scale) + at, valid);
-    }
-}
-
-// An FP8 cache: rows row0 .. row0+15 of a stage's K and V codes (load_kv_codes_async) into the
-// same rows of the tiles k and v, as scale · code in T: the rows one warp reads.
-template <typename T, int HD>
-__device__ __forceinline__ void dequantize_warp_rows(SmemTile<HD> k, SmemTile<HD> v, uint32_t codes, uint32_t scales,
-                                                     int row0, int lane) {
-    constexpr int UNITS = HD / 16;
-#pragma unroll
-    for (int i = lane; i < 16 * UNITS; i += 32) {
-        const int r = row0 + i / UNITS, u = i % UNITS;
-#pragma unroll
-        for (int t = 0; t < 2; t++) {   // K, then V
-            uint4 c;
-            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w)
-                         : "r"(codes + t * kDecodeBN * HD + r * HD + u * 16) : "memory");
-            const float scale = __int_as_float(ld_shared_b32(scales + (t * kDecodeBN + r) * 4));
-            const SmemTile<HD> tile = t == 0 ? k : v;
-            st_shared_v4(tile.at(r, 2 * u), dequantize8<T>(c.x, c.y, scale));
-            st_shared_v4(tile.at(r, 2 * u + 1), dequantize8<T>(c.z, c.w, scale));
-        }
-    }
-}
 
 // o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
 template <typename T, typename C, int HD, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T, C> p, int slots,
                                                                           float* o_part, float* lse_part) {
-    constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8, WARPS = kDecodeThreads / 32;
+    constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8;
     using Smem = DecodeSmem<C, HD, STAGES>;
     constexpr bool kFp8 = Smem::kFp8;
     static_assert(STAGES <= 8, "the table ring runs 8 tiles ahead (TableWindow)");
-    static_assert(WARPS * kDecodeRows * (HD + 2) * 4 <= Smem::kRings - Smem::kWork, "the merge fits after the Q tile");
     extern __shared__ __align__(128) uint4 smem[];
     const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};   // the layout: DecodeSmem
     const uint32_t stages = sq.base + Smem::kStages;
@@ -275,7 +221,6 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     auto v_stage = [&](int s) { return SmemTile<HD>{stages + s * Smem::kStage + Smem::kTile}; };
     auto codes = [&](int s) { return stages + s * Smem::kStage; };                   // FP8 cache: the codes
     auto scales = [&](int s) { return stages + s * Smem::kStage + 2 * Smem::kCodes; };  // and scales
-    const SmemTile<HD> k_work{sq.base + Smem::kWork}, v_work{sq.base + Smem::kWork + Smem::kTile};   // FP8: in T
     // Starts copying tile `tile` into stage s.
     auto load = [&](int s, int tile, const TableWindow& tw, int kvh, int lo, int hi) {
         if constexpr (kFp8) load_kv_codes_async<BN, kDecodeThreads, HD>(codes(s), scales(s), p, tw, kvh, tile * BN, lo, hi);
@@ -323,8 +268,10 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     cp_async_wait<STAGES - 1>();           // Q has landed
     __syncthreads();
     // Q's fragments are read once into registers (32 at HD 128); at HD 256 they would take 64
-    // next to o's 128, so they are read from shared memory at each use instead.
-    const std::conditional_t<HD <= 128, QInRegisters<HD>, QFromSmem<HD>> q(sq, lane);
+    // next to o's 128, so they are read from shared memory at each use instead. For an FP8 cache
+    // they are q̃ in fp16 (QFp16), in registers.
+    using Q = std::conditional_t<kFp8, QFp16<HD, T>, std::conditional_t<HD <= 128, QInRegisters<HD>, QFromSmem<HD>>>;
+    const Q q(sq, lane);
     for (int tile = tile_lo; tile <= tile_hi; tile++) {
         const int stage = (tile - tile_lo) % STAGES, next = tile + STAGES - 1, key0 = tile * BN + warp * WN;
         if (next <= tile_hi) {
@@ -334,24 +281,19 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
         cp_async_commit();
         cp_async_wait<STAGES - 1>();  // tile `tile` (and Q) have landed
         __syncthreads();
-        SmemTile<HD> k = k_stage(stage), v = v_stage(stage);
-        if constexpr (kFp8) {   // this warp's rows, into the tiles in T
-            dequantize_warp_rows<T, HD>(k_work, v_work, codes(stage), scales(stage), warp * WN, lane);
-            __syncwarp();
-            k = k_work, v = v_work;
-        }
-
         float s[1][NT][4];
-        warp_scores<T, HD, 1, NT>(s, q, k.rows_from(warp * WN), lane);
+        if constexpr (kFp8) warp_scores_fp8<HD>(s, q, codes(stage), scales(stage), warp * WN, lane);
+        else warp_scores<T, HD, 1, NT>(s, q, k_stage(stage).rows_from(warp * WN), lane);
         // Only the tiles that some row sees in part (the last one; the window's first) need the mask.
         if (tile * BN + BN - 1 > pos0 || (p.window > 0 && tile * BN <= pos_hi - p.window))
             mask_scores<1, NT>(s, row_pos, key0, p.window, lane);
         online_softmax<1, NT, DT>(s, m, l, o, c);
-        warp_pv<T, HD, 1, NT>(o, s, v.rows_from(warp * WN), lane);
+        if constexpr (kFp8) warp_pv_fp8<HD>(o, s, codes(stage) + kDecodeBN * HD, scales(stage) + kDecodeBN * 4, warp * WN, lane);
+        else warp_pv<T, HD, 1, NT>(o, s, v_stage(stage).rows_from(warp * WN), lane);
         __syncthreads();   // every warp is done with the stage before it is refilled
     }
     cp_async_wait<0>();
-    merge_warps<T, HD>(reinterpret_cast<float*>(smem) + kDecodeRows * HD / 2, o, m, l, p, map, slot, c, o_part, lse_part);
+    merge_warps<T, HD>(reinterpret_cast<float*>(smem) + Smem::kStages / 4, o, m, l, p, map, slot, c, o_part, lse_part);
 }
 
 template <typename T, typename C, int HD>

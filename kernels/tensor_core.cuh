@@ -1,8 +1,9 @@
 // tensor_core.cuh: the building blocks of the flash kernels on sm_80+ tensor cores (mma.sync):
 // small PTX wrappers, a swizzled shared-memory tile and the copy pattern that fills it.
-// defines: attn::pack2, attn::exp2_approx, attn::mul_wide, attn::cp_async_16, attn::cp_async_8, attn::cp_async_4,
-//          attn::cp_async_commit, attn::cp_async_wait, attn::ld_shared_b32, attn::ldmatrix_x4,
-//          attn::ldmatrix_x4_trans, attn::mma_16x8x16, attn::SmemTile, attn::for_each_tile_chunk
+// defines: attn::pack2, attn::unpack2, attn::exp2_approx, attn::mul_wide, attn::cp_async_16, attn::cp_async_8, attn::cp_async_4,
+//          attn::cp_async_commit, attn::cp_async_wait, attn::ld_shared_b32, attn::ld_shared_v2,
+//          attn::ld_shared_v4, attn::ldmatrix_x4,
+//          attn::ldmatrix_x4_trans, attn::mma_16x8x16, attn::mma_16x8x16_new, attn::SmemTile, attn::for_each_tile_chunk
 //
 // One warp-wide instruction multiplies tiles:
 //     D[16x8] += A[16x16] · B[16x8]     (16-bit A and B, fp32 D)
@@ -36,6 +37,20 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
         memcpy(&u, &h, 4);
     }
     return u;
+}
+
+// The inverse: one register of two 16-bit values -> two floats (lo first).
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t u) {
+    if constexpr (std::is_same_v<T, __half>) {
+        __half2 h;
+        memcpy(&h, &u, 4);
+        return __half22float2(h);
+    } else {
+        __nv_bfloat162 h;
+        memcpy(&h, &u, 4);
+        return __bfloat1622float2(h);
+    }
 }
 
 // 2^x on the SFU; 2^-inf = 0.
@@ -77,6 +92,17 @@ __device__ __forceinline__ int ld_shared_b32(uint32_t saddr) {
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(x) : "r"(saddr));
     return x;
 }
+// 8 and 16 bytes from shared memory (8- and 16-byte aligned).
+__device__ __forceinline__ uint2 ld_shared_v2(uint32_t saddr) {
+    uint2 c;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(c.x), "=r"(c.y) : "r"(saddr) : "memory");
+    return c;
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t saddr) {
+    uint4 c;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w) : "r"(saddr) : "memory");
+    return c;
+}
 
 // Four 8x8 b16 matrices from shared memory; lane l gives the address of row l%8 of matrix l/8
 // and receives in r[i] elements (l/4, 2(l%4) .. 2(l%4)+1) of matrix i (transposed with .trans).
@@ -104,6 +130,16 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
                      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d = a · b alone (no accumulator to add: zero, which needs no register).
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16_new(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    static_assert(std::is_same_v<T, __half>, "fp16 operands (the FP8 cache's codes)");
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
 // ---- the swizzled tile ----

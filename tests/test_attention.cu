@@ -23,7 +23,8 @@
 // naive and flash prefill and through decode.
 // An FP8 KV cache (E4M3 codes and a scale per row and KV head, fp8.h; fp16 and bf16): every
 // decode case through decode and prefill, the prefill cases through prefill, and every head size,
-// against the CPU over the values the cache gives back.
+// against the CPU over the values the cache gives back; and values over many decades with
+// queries far from 1 (past fp16's range in bf16), checked row by row.
 // Portable mode (src/device_caps.h): the tiles that GPUs with less shared memory per block get
 // (sm_80's 163 KB: HD 256 on key tiles of 32 and 2 decode stages; sm_86/sm_89's 99 KB: HD 128
 // decode in 2 stages, head sizes over 128 refused), without programmatic dependent launch, on
@@ -474,6 +475,13 @@ struct Fp8Pools {
         f.k_scale = ks.ptr + kGuard * pr.c.nKV, f.v_scale = vs.ptr + kGuard * pr.c.nKV;
         return f;
     }
+    // Poisons pr's output, runs `kernel` over this cache, returns the output as float.
+    std::vector<float> run(Problem<T>& pr, void (*kernel)(const AttnParams<T, uint8_t>&)) const {
+        pr.dout.poison();
+        kernel(params(pr));
+        cudaCheck(cudaDeviceSynchronize());
+        return pr.output();
+    }
 };
 
 // Each case through decode and/or prefill over an FP8 cache, against the CPU over its values.
@@ -483,16 +491,10 @@ void check_fp8_cases(const std::vector<Case>& cases, uint32_t seed, bool decode,
         Problem<T> pr(c, seed++);
         const Fp8Pools<T> f8(pr);
         const std::vector<float> ref = pr.reference(f8.k, f8.v);
-        auto run = [&](void (*kernel)(const AttnParams<T, uint8_t>&)) {
-            pr.dout.poison();
-            kernel(f8.params(pr));
-            cudaCheck(cudaDeviceSynchronize());
-            return pr.output();
-        };
         const std::string what = std::string(Tol<T>::name) + " FP8 cache " + c.str();
-        if (decode) expect_close(run(run_decode<T, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs, "decode " + what);
+        if (decode) expect_close(f8.run(pr, run_decode<T, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs, "decode " + what);
         if (prefill)
-            expect_close(run(run_prefill<T, PrefillKernel::Best, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs, "prefill " + what);
+            expect_close(f8.run(pr, run_prefill<T, PrefillKernel::Best, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs, "prefill " + what);
     }
 }
 
@@ -520,6 +522,74 @@ TYPED_TEST(AttentionFp8Cache, EveryHeadSizeMatchesCpu) {
         for (Case& c : prefill) c.hd = hd;
         check_fp8_cases<TypeParam>(decode, seed += 10, true, true);
         check_fp8_cases<TypeParam>(prefill, seed += 10, false, true);
+    }
+}
+
+// The worst relative L2 error over the output's (token, head) rows of hd values: a row of tiny
+// values is held to the same relative bar as a row of large ones.
+double worst_row_error(const std::vector<float>& got, const std::vector<float>& ref, int hd) {
+    double worst = 0.0;
+    for (size_t r = 0; r + hd <= ref.size(); r += hd) {
+        double e2 = 0.0, r2 = 0.0;
+        for (int d = 0; d < hd; d++) {
+            const double diff = (double)got[r + d] - ref[r + d];
+            e2 += std::isfinite(got[r + d]) ? diff * diff : INFINITY;
+            r2 += (double)ref[r + d] * ref[r + d];
+        }
+        worst = std::max(worst, r2 > 0.0 ? std::sqrt(e2 / r2) : std::sqrt(e2));
+    }
+    return worst;
+}
+
+// Ranges a 16-bit cache never meets in one product: queries times q_scale and keys times
+// 1/q_scale, each key row a further 10^(-0.25 .. 0.25) (the scores stay as moderate as the other
+// cases', where the prefill kernel's rounding of scale · code to T is within the bar); each KV head's values
+// times 10^(-D .. D) (heads spread over the range) and each row a further 10^(-D/2 .. D/2).
+// bf16 takes D = 4 and queries past fp16's range; fp16 values that a model in fp16 could have
+// made (the cache quantizes rows of T) and the prefill's tiles in fp16 hold, D = 1.5. The decode kernel multiplies the codes in fp16 with the scales kept outside
+// (attention_decode_fp8.cuh): queries are rescaled by a power of two into fp16's range, and
+// the probabilities by the warp's largest value scale, so neither overflows nor sinks into
+// fp16's subnormals. Checked row by row against the CPU over the cache's values, through decode
+// (the 16-bit bar) and prefill (twice it: each value rounded to T in its tiles, the worst row of
+// a spread 10^±2 within a head is at 0.6-1.0e-2 in bf16).
+template <typename T>
+void check_fp8_ranges(float q_scale, float decades, uint32_t seed) {
+    for (Case c : {kDecodeCases[0], kDecodeCases[3], kDecodeCases[12], kDecodeCasesAnyHd[3]}) {
+        if (c.hd == 0) c.hd = 256;
+        if (!attention_device_problem<uint8_t>(c.hd).empty()) continue;
+        Problem<T> pr(c, seed++);
+        std::mt19937 rng(seed);
+        std::uniform_real_distribution<float> spread(-1.0f, 1.0f);
+        const int64_t rows = (int64_t)pr.k.size() / pr.ld;
+        for (int64_t row = 0; row < rows; row++)
+            for (int h = 0; h < c.nKV; h++) {
+                const float head = c.nKV > 1 ? -1.0f + 2.0f * h / (c.nKV - 1) : -1.0f;   // -1 .. 1
+                const float fk = std::pow(10.0f, 0.25f * spread(rng)) / q_scale;
+                const float fv = std::pow(10.0f, decades * (head + 0.5f * spread(rng)));
+                for (int d = 0; d < c.hd; d++) pr.k[row * pr.ld + h * c.hd + d] *= fk, pr.v[row * pr.ld + h * c.hd + d] *= fv;
+            }
+        std::vector<T> hq(pr.q.size());
+        for (size_t i = 0; i < hq.size(); i++) pr.q[i] = to_f(hq[i] = from_f<T>(pr.q[i] * q_scale));
+        pr.dq.upload(hq);
+        const Fp8Pools<T> f8(pr);
+        const std::vector<float> ref = pr.reference(f8.k, f8.v);
+        const std::string what = std::string(Tol<T>::name) + " q x " + std::to_string(q_scale) + " " + c.str();
+        const double dec = worst_row_error(f8.run(pr, run_decode<T, uint8_t>), ref, c.hd);
+        const double pre = worst_row_error(f8.run(pr, run_prefill<T, PrefillKernel::Best, uint8_t>), ref, c.hd);
+        printf("  FP8 cache, ranges: worst row rel-L2 decode %.2e prefill %.2e (%s)\n", dec, pre, what.c_str());
+        EXPECT_LE(dec, Tol<T>::rel) << "decode " << what;
+        EXPECT_LE(pre, 2 * Tol<T>::rel) << "prefill " << what;   // its tiles hold scale · code rounded to T
+    }
+}
+
+TYPED_TEST(AttentionFp8Cache, ExtremeRangesMatchCpuRowByRow) {
+    SKIP_WITHOUT_GPU();
+    if constexpr (std::is_same_v<TypeParam, __half>) {
+        check_fp8_ranges<TypeParam>(1e-2f, 1.5f, 950);
+        check_fp8_ranges<TypeParam>(1e2f, 1.5f, 960);
+    } else {
+        check_fp8_ranges<TypeParam>(1e-6f, 4.0f, 950);
+        check_fp8_ranges<TypeParam>(1e6f, 4.0f, 960);
     }
 }
 

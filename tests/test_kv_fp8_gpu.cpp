@@ -20,9 +20,11 @@ namespace {
 // decode kernel reads the cache; RoPE writes one row per step) against one prefill of the prompt
 // and those 8 tokens (the prefill kernel; RoPE writes every row at once). Every row is quantized
 // alone, so both caches hold the same codes and scales, and the last position's logits differ
-// only by the two kernels' bf16 rounding: bar 2e-2, bf16's own bar against fp32 (test_golden.cpp),
-// where a code or scale written or read wrong moves them by the FP8 error itself (4-9e-2 on
-// these fixtures).
+// only by the two kernels' rounding: the decode kernel multiplies the codes exactly (fp16) and
+// scales outside the products, the prefill kernel rounds each scale · code to bf16. That moves
+// the logits by up to 2.2e-2 on olmo3_swa_yarn (initializer range 0.15 and YaRN's attention
+// factor: sharp attention), 0.7-1.0e-2 on the others: bar 3e-2, where a code or scale written
+// or read wrong moves them by the FP8 error itself (4-9e-2 on these fixtures).
 TEST(Fp8KvCache, DecodeStepsEqualOnePrefillGpu) {
     SKIP_WITHOUT_CUDA();
     for (const char* name : {"olmo2_gqa", "olmo3_swa_yarn", "olmo1_clip_tied", "olmo2_hd32"}) {
@@ -40,7 +42,7 @@ TEST(Fp8KvCache, DecodeStepsEqualOnePrefillGpu) {
             const double e = compare(logits.data(), want.data(), want.size()).rel_l2;
             std::printf("%s: logits after 8 decode steps against one prefill, %s cache: rel-L2 %.2e\n", name,
                         kv == KvDType::FP8 ? "FP8" : "bf16", e);
-            EXPECT_LE(e, 2e-2) << name;
+            EXPECT_LE(e, 3e-2) << name;
         }
     }
 }
