@@ -144,11 +144,24 @@ enum class PrefillKernel { Best, MmaSync, Hopper };
 // Whether the Hopper prefill kernel can run head size hd here.
 inline bool attention_prefill_hopper_runs(int hd) { return device_caps().sm90a && attn::hopper_prefill_head_dim(hd); }
 
+// Bytes of the workspace attention_prefill takes to run the Hopper kernel over an FP8 cache: a
+// copy of one sequence's keys and values in T (attn::dequantized_kv_rows rows of nKV·hd each)
+// and its block table.
+template <typename T>
+size_t attention_prefill_fp8_workspace_bytes(int nKV, int hd, int s_cap, int block_size) {
+    const int64_t rows = attn::dequantized_kv_rows(s_cap, block_size);
+    return 2 * rows * nKV * hd * sizeof(T) + rows / block_size * sizeof(int);
+}
+
 // Flash attention over n_q >= 1 new queries of one sequence (any chunk of a prompt, appended
-// at pos0[0]). An FP8 cache (C = uint8_t) runs on the mma.sync kernel, which dequantizes its
-// tiles in shared memory; the Hopper kernel's TMA copies land where its wgmma reads them.
+// at pos0[0]). An FP8 cache (C = uint8_t): with a workspace (attention_prefill_fp8_workspace_bytes)
+// where the Hopper kernel runs, the keys the chunk sees are first copied into it as values of T
+// (dequantize_visible_kv_kernel: one pass over them) and the Hopper kernel reads the copy, whose
+// TMA copies land where its wgmma reads them; else the mma.sync kernel dequantizes its tiles in
+// shared memory.
 template <typename T, typename C>
-void attention_prefill(const AttnParams<T, C>& p, cudaStream_t stream, PrefillKernel which = PrefillKernel::Best) {
+void attention_prefill(const AttnParams<T, C>& p, cudaStream_t stream, PrefillKernel which = PrefillKernel::Best,
+                       void* workspace = nullptr) {
     attn::check_params(p, "attention_prefill", false);
     if (p.batch != 1) fail("attention_prefill: batch " + std::to_string(p.batch) + " (one sequence per call)");
     if (p.n_q <= 0) return;
@@ -156,13 +169,17 @@ void attention_prefill(const AttnParams<T, C>& p, cudaStream_t stream, PrefillKe
     if constexpr (std::is_same_v<T, float>) {
         attn::launch_rowwise(p, stream);
     } else {
-        const bool hopper = attention_prefill_hopper_runs(p.hd) && !kFp8Cache<C>;
+        const bool hopper = attention_prefill_hopper_runs(p.hd) && (!kFp8Cache<C> || workspace != nullptr);
         if (which == PrefillKernel::Hopper && !hopper)
             fail("attention_prefill: the Hopper kernel needs sm_90a code on a compute capability 9.0 GPU (portable mode off), "
-                 "head_dim 64, 128 or 256 (got " + std::to_string(p.hd) + ") and a 16-bit KV cache");
-        if constexpr (!kFp8Cache<C>)
-            if (hopper && which != PrefillKernel::MmaSync)
-                return attn::dispatch_hd(p.hd, [&](auto hd) { attn::launch_prefill_hopper<T, decltype(hd)::value>(p, stream); });
+                 "head_dim 64, 128 or 256 (got " + std::to_string(p.hd) + "), and with an FP8 KV cache a workspace");
+        if (hopper && which != PrefillKernel::MmaSync) {
+            auto run = [&](const AttnParams<T>& a) {
+                attn::dispatch_hd(p.hd, [&](auto hd) { attn::launch_prefill_hopper<T, decltype(hd)::value>(a, stream); });
+            };
+            if constexpr (kFp8Cache<C>) return run(attn::dequantized_copy(p, workspace, stream));
+            else return run(p);
+        }
         using Cache = std::conditional_t<kFp8Cache<C>, C, void>;
         if (std::string why = attention_device_problem<Cache>(p.hd); !why.empty()) fail("attention_prefill: " + why);
         attn::dispatch_hd(p.hd, [&](auto hd) {

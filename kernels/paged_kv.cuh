@@ -1,7 +1,10 @@
 // paged_kv.cuh: how the flash kernels fill their shared-memory tiles: K/V tiles from the paged
-// cache through the block table, and Q tiles of GQA-packed query rows.
+// cache through the block table, and Q tiles of GQA-packed query rows; and, for the Hopper
+// prefill kernel, a copy of an FP8 cache's visible keys as 16-bit values.
 // defines: attn::kTableRingBytes, attn::TableWindow, attn::RowMap, attn::load_kv_tile_async,
-//          attn::kv_scale_bytes, attn::dequantize_kv_tile, attn::load_q_tile_async
+//          attn::kv_scale_bytes, attn::dequantize_kv_tile, attn::dequantized_kv_rows,
+//          attn::dequantize_visible_kv_kernel, attn::dequantized_copy,
+//          attn::load_q_tile_async
 //
 // Key j of a sequence is in pool row  table[j >> shift] << shift | (j & mask)  (attention_params.cuh).
 // A tile of 64 keys spans at least one and at most 8 blocks, so a kernel needs one table entry
@@ -150,6 +153,48 @@ __device__ __forceinline__ void dequantize_kv_tile(SmemTile<HD> sk, SmemTile<HD>
         dequantize_chunk<T>(s, __int_as_float(ld_shared_b32(scales + r * 4)));
         dequantize_chunk<T>(s + to_v, __int_as_float(ld_shared_b32(scales + (BN + r) * 4)));
     });
+}
+
+// Rows of the bf16 (or fp16) copy of a sequence's keys that an FP8 cache's prefill hands to the
+// Hopper kernel (attention.cuh): keys 0 .. s_cap-1 in whole blocks.
+inline int64_t dequantized_kv_rows(int s_cap, int block_size) { return ((int64_t)s_cap + block_size - 1) / block_size * block_size; }
+
+// That copy: the keys and values sequence 0 of p reads with its n_q queries, from the first
+// block of the visible keys [lo, hi) up to hi, as values of T in row j of k_out and v_out
+// [dequantized_kv_rows, nKV*hd] for key j (the whole first block, as the kernel reading the copy
+// loads whole blocks; rows it does not read are left alone), and table_out[i] = i, the identity
+// block table of the copy, for the blocks before hi. Each thread makes 8 values (16 bytes) at a
+// time, grid-stride.
+template <typename T>
+__global__ void dequantize_visible_kv_kernel(const AttnParams<T, uint8_t> p, T* k_out, T* v_out, int* table_out) {
+    const int pos0 = p.pos0[0], stride = gridDim.x * blockDim.x, tid = blockIdx.x * blockDim.x + threadIdx.x;
+    const KeyRange keys = visible_keys(pos0, pos0 + p.n_q - 1, p.window);
+    const Pages pages = pages_of(p, 0);
+    const int first = keys.lo / p.block_size * p.block_size, units = p.nKV * p.hd / 8;   // 8-value units a row
+    for (int i = tid; i <= (keys.hi - 1) / p.block_size; i += stride) table_out[i] = i;
+    for (int64_t i = tid; i < (int64_t)(keys.hi - first) * units; i += stride) {
+        const int key = first + (int)(i / units), u = (int)(i % units), h = u * 8 / p.hd;
+        const int block = pages.table[key >> pages.shift], slot = key & pages.mask;
+        const int64_t at = (int64_t)(block * p.block_size + slot) * p.nKV * p.hd + u * 8, to = (int64_t)key * p.nKV * p.hd + u * 8;
+        const int64_t scale = kv_scale_index(block, slot, h, p.nKV, p.block_size);
+        const uint2 k = *reinterpret_cast<const uint2*>(p.k + at), v = *reinterpret_cast<const uint2*>(p.v + at);
+        *reinterpret_cast<uint4*>(k_out + to) = dequantize8<T>(k.x, k.y, p.k_scale[scale]);
+        *reinterpret_cast<uint4*>(v_out + to) = dequantize8<T>(v.x, v.y, p.v_scale[scale]);
+    }
+}
+
+// Makes that copy in `workspace` (attention_prefill_fp8_workspace_bytes: K's rows, V's rows,
+// the table) and returns the parameters that read it: p over a 16-bit cache.
+template <typename T>
+AttnParams<T> dequantized_copy(const AttnParams<T, uint8_t>& p, void* workspace, cudaStream_t stream) {
+    const int64_t rows = dequantized_kv_rows(p.s_cap, p.block_size), row = (int64_t)p.nKV * p.hd;
+    T* k = static_cast<T*>(workspace);
+    T* v = k + rows * row;
+    int* table = reinterpret_cast<int*>(v + rows * row);
+    dequantize_visible_kv_kernel<T><<<512, 256, 0, stream>>>(p, k, v, table);   // (grid-stride)
+    cudaCheckLaunch();
+    return {p.q, k, v, p.out, p.n_q, p.pos0, p.nH, p.nKV, p.hd, p.window, p.scale, p.s_cap, table, (int)(rows / p.block_size),
+            p.block_size, 1};
 }
 
 // Rows of a query tile are (token, head) pairs: g query heads that share KV head `kvh`, from

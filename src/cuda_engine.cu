@@ -311,6 +311,10 @@ private:
         next_ids_ = b.take<int>(max_batch_);       // sampled tokens [B]
         meta_.place(b.take<int>(meta_.ints()));   // step metadata (step_meta.h), filled by one copy
         attn_ws_ = b.take<char>(attention_decode_workspace_bytes(c_.n_heads, c_.head_dim, max_seq_, max_batch_));
+        if constexpr (!std::is_same_v<T, float>)
+            if (kv8_ && attention_prefill_hopper_runs(c_.head_dim))   // (one sequence's keys: 1/layers of its bf16 cache)
+                prefill_ws_ = b.take<char>(attention_prefill_fp8_workspace_bytes<T>(c_.n_kv_heads, c_.head_dim, max_seq_,
+                                                                                    kv_src_->block_size()));
         if (tp_.cp_ranks > 1) {             // context parallel: the K/V exchange (exchange_kv)
             const size_t N = tp_.cp_ranks;
             for (int k = 0; k < 2; k++) cp_rows_[k] = b.take<int>(N * C);   // each rank's tokens' pool rows [N, C]
@@ -653,7 +657,7 @@ private:
             ap.block_size = kv_src_->block_size();
             if constexpr (std::is_same_v<C, T>)
                 if (cp_round_ && !prune) return attend_two_chunks(ap, m);   // (context parallel: a 16-bit cache)
-            if (prefill && m > 1) attention_prefill(ap, stream_);
+            if (prefill && m > 1) attention_prefill(ap, stream_, PrefillKernel::Best, prefill_ws_);
             else attention_decode(ap, attn_ws_, stream_);   // one row per sequence: splits of its keys fill the GPU
         });
     }
@@ -712,6 +716,7 @@ private:
     int* next_ids_;
     StepMeta meta_;                       // the current call's tokens, in device memory
     char *attn_ws_, *cublas_ws_;
+    char* prefill_ws_ = nullptr;          // FP8 cache on Hopper: the prefill's copy of the keys in T
     int* host_ids_ = nullptr;    // pinned: sampled ids coming back
     DecodeGraphs graphs_;
     TpRank tp_;                           // tensor parallel (ranks > 1): this rank

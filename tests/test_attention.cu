@@ -324,14 +324,18 @@ void run_decode(const AttnParams<T, C>& p) {
     cudaCheck(cudaDeviceSynchronize());
 }
 // Prefill takes one sequence per call: sequence b's rows of q and out, its pos0 and table row.
+// An FP8 cache gets the workspace for the Hopper kernel's copy of the keys, poisoned, so that
+// the kernel may read only rows the copy wrote.
 template <typename T, PrefillKernel K = PrefillKernel::Best, typename C = T>
 void run_prefill(const AttnParams<T, C>& p) {
+    DeviceBuffer<char> ws(kFp8Cache<C> ? attention_prefill_fp8_workspace_bytes<T>(p.nKV, p.hd, p.s_cap, p.block_size) : 0);
+    if (kFp8Cache<C>) ws.poison();
     const int64_t per_seq = (int64_t)p.n_q * p.nH * p.hd;
     for (int b = 0; b < p.batch; b++) {
         AttnParams<T, C> s = p;
         s.q += b * per_seq, s.out += b * per_seq, s.pos0 += b, s.block_table += (int64_t)b * p.table_stride;
         s.batch = 1;
-        attention_prefill(s, 0, K);
+        attention_prefill(s, 0, K, kFp8Cache<C> ? ws.ptr : nullptr);
     }
 }
 
@@ -493,8 +497,12 @@ void check_fp8_cases(const std::vector<Case>& cases, uint32_t seed, bool decode,
         const std::vector<float> ref = pr.reference(f8.k, f8.v);
         const std::string what = std::string(Tol<T>::name) + " FP8 cache " + c.str();
         if (decode) expect_close(f8.run(pr, run_decode<T, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs, "decode " + what);
-        if (prefill)
+        if (prefill) {   // the Hopper kernel over a copy where it runs, and the mma.sync kernel
             expect_close(f8.run(pr, run_prefill<T, PrefillKernel::Best, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs, "prefill " + what);
+            if (attention_prefill_hopper_runs(c.hd))
+                expect_close(f8.run(pr, run_prefill<T, PrefillKernel::MmaSync, uint8_t>), ref, Tol<T>::rel, Tol<T>::abs,
+                             "prefill (mma.sync) " + what);
+        }
     }
 }
 
@@ -593,9 +601,10 @@ TYPED_TEST(AttentionFp8Cache, ExtremeRangesMatchCpuRowByRow) {
     }
 }
 
-// The Hopper prefill kernel reads its tiles with TMA straight into wgmma's operands, so an FP8
-// cache takes the mma.sync kernel; asked for by name, the Hopper one refuses it.
-TEST(AttentionFp8CacheArgs, HopperKernelRefusesAnFp8Cache) {
+// The Hopper prefill kernel reads its tiles with TMA straight into wgmma's operands, so over an
+// FP8 cache it reads a copy in T, which needs a workspace: asked for by name without one, it
+// refuses. A cache without its scales is refused.
+TEST(AttentionFp8CacheArgs, HopperKernelNeedsAWorkspaceForAnFp8Cache) {
     SKIP_WITHOUT_GPU();
     Problem<__nv_bfloat16> pr(kPrefillCases[1], 1);
     const Fp8Pools<__nv_bfloat16> f8(pr);
