@@ -16,7 +16,9 @@
 //   P̃: the online softmax keeps p ≤ 2^8 (attention_steps.cuh), and vs_j / vr ≤ 1, so P̃ fits
 //      fp16 with 11 significant bits where a 16-bit cache's P has 8 (bf16) or 11 (fp16).
 //      Dividing by the warp's largest scale keeps the P̃ of its largest values out of fp16's
-//      subnormals whatever the values' range; each 16-key product is then added to O times vr.
+//      subnormals whatever the values' range (a key whose scale lies 10^5 below the largest of
+//      its 16 keeps about 1% of its own term's precision); each 16-key product is then added to
+//      O times vr.
 // Fragments with codes. mma wants B = Kᵀ with two consecutive dims of one key per register, and
 // B = V with two keys of one dim; a lane loads 16 consecutive codes of a row at once, so the
 // dims are permuted inside a product (a sum over dims, or over keys, does not care in which
