@@ -72,6 +72,9 @@ bf16* device_random(size_t n, uint64_t seed, float scale = 1.0f) {
 
 constexpr int kBlock = 16;  // tokens per KV block
 
+template <typename P> struct CacheOf;   // the cache storage C of AttnParams<T, C>
+template <typename T, typename C> struct CacheOf<AttnParams<T, C>> { using type = C; };
+
 // A device block table of `rows` rows of `stride` entries: entry i of row b is block
 // b * stride + i, or (shuffled) a random permutation of all rows * stride blocks.
 int* device_table(int rows, int stride, bool shuffled) {
@@ -305,18 +308,21 @@ void bench_decode(int nH, int nKV, Results& res) {
     printf("  as a CUDA graph (20 calls per replay): %7.2f us %5.2f TB/s\n", ms_graph * 1e3, bytes / ms_graph / 1e9);
     printf("  read roofline: a plain kernel reading the same K+V bytes (graph): %7.2f us %5.2f TB/s\n", ms_read * 1e3,
            bytes / ms_read / 1e9);
-    // Other K/V pipeline depths (the default is attn::kDecodeStages), as graph replays.
-    auto depth = [&](auto stages) {
+    // Other K/V pipeline depths (the default: attention.cuh's decode_stages), as graph replays
+    // of decode over the caches params_of(i) gives (bf16 or FP8), `b` bytes each.
+    auto depth = [&](auto stages, auto params_of, double b, const char* what) {
         constexpr int S = decltype(stages)::value;
-        const int splits = attn::decode_slot_count<bf16, bf16, 128, S>(ctx, nKV, 1);
+        using C = typename CacheOf<decltype(params_of(0))>::type;
+        const int splits = attn::decode_slot_count<bf16, C, 128, S>(ctx, nKV, 1);
         const double t = graph_ms(
-            [&](int i, cudaStream_t st) { attn::launch_decode<bf16, bf16, 128, S>(params(i % sets), ws, splits, st); }, 20, 30);
-        printf("  graph, %d stages (%d splits): %7.2f us %5.2f TB/s\n", S, splits, t * 1e3, bytes / t / 1e9);
+            [&](int i, cudaStream_t st) { attn::launch_decode<bf16, C, 128, S>(params_of(i % sets), ws, splits, st); }, 20, 30);
+        printf("  %s, %d stages (%d splits): %7.2f us %5.2f TB/s\n", what, S, splits, t * 1e3, b / t / 1e9);
     };
-    depth(std::integral_constant<int, 2>{});
-    depth(std::integral_constant<int, 4>{});
-    depth(std::integral_constant<int, 5>{});
-    depth(std::integral_constant<int, 6>{});
+    auto params_bf16 = [&](int s) { return params(s); };
+    depth(std::integral_constant<int, 2>{}, params_bf16, bytes, "graph");
+    depth(std::integral_constant<int, 4>{}, params_bf16, bytes, "graph");
+    depth(std::integral_constant<int, 5>{}, params_bf16, bytes, "graph");
+    depth(std::integral_constant<int, 6>{}, params_bf16, bytes, "graph");
     printf("  graph, shuffled block table: %7.2f us %5.2f TB/s\n", ms_shuffled * 1e3, bytes / ms_shuffled / 1e9);
     char key[64];
 
@@ -343,16 +349,9 @@ void bench_decode(int nH, int nKV, Results& res) {
     attention_decode(params8(0), ws, 0);
     printf("  FP8 cache (graph): %7.2f us %5.2f TB/s of codes and scales, %.2fx the bf16 cache's time; rel-L2 vs naive "
            "over bf16 %.2e\n", ms8 * 1e3, bytes8 / ms8 / 1e9, ms8 / ms_graph, rel_l2(out, ref, nq));
-    auto depth8 = [&](auto stages) {
-        constexpr int S = decltype(stages)::value;
-        const int splits = attn::decode_slot_count<bf16, uint8_t, 128, S>(ctx, nKV, 1);
-        const double t = graph_ms(
-            [&](int i, cudaStream_t st) { attn::launch_decode<bf16, uint8_t, 128, S>(params8(i % sets), ws, splits, st); }, 20, 30);
-        printf("  FP8 cache, %d stages (%d splits): %7.2f us %5.2f TB/s\n", S, splits, t * 1e3, bytes8 / t / 1e9);
-    };
-    depth8(std::integral_constant<int, 3>{});
-    depth8(std::integral_constant<int, 4>{});
-    depth8(std::integral_constant<int, 6>{});
+    depth(std::integral_constant<int, 3>{}, params8, bytes8, "FP8 cache");
+    depth(std::integral_constant<int, 4>{}, params8, bytes8, "FP8 cache");
+    depth(std::integral_constant<int, 6>{}, params8, bytes8, "FP8 cache");
     snprintf(key, sizeof key, "decode_%d_%d_fp8_graph", nH, nKV);
     res.put(key, bytes8 / ms8 / 1e9);
     for (int s = 0; s < sets; s++) {
