@@ -1,6 +1,7 @@
 // tensor_core.cuh: the building blocks of the flash kernels on sm_80+ tensor cores (mma.sync):
 // small PTX wrappers, a swizzled shared-memory tile and the copy pattern that fills it.
-// defines: attn::pack2, attn::unpack2, attn::exp2_approx, attn::mul_wide, attn::cp_async_16, attn::cp_async_8, attn::cp_async_4,
+// defines: attn::pack2, attn::unpack2, attn::exp2_approx, attn::mul_wide, attn::cp_async_16, attn::l2_evict_first_policy,
+//          attn::cp_async_16_policy, attn::cp_async_8, attn::cp_async_4,
 //          attn::cp_async_commit, attn::cp_async_wait, attn::ld_shared_b32, attn::ld_shared_v2,
 //          attn::ld_shared_v4, attn::ldmatrix_x4,
 //          attn::ldmatrix_x4_trans, attn::mma_16x8x16, attn::mma_16x8x16_new, attn::SmemTile, attn::for_each_tile_chunk
@@ -71,6 +72,18 @@ __device__ __forceinline__ uint64_t mul_wide(uint32_t a, uint32_t b) {
 // 16-byte global -> shared copy that bypasses registers (and L1); zero-fills when !valid.
 __device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(valid ? 16 : 0));
+}
+// An L2 policy for data read once per pass over far more bytes than L2 holds (a decode step's
+// weights): its lines are the first L2 evicts, so the step's other data (the KV cache, the
+// activations, the norms' weights) stays there from one layer, and one step, to the next.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+// cp_async_16 of valid data, with an L2 policy (l2_evict_first_policy).
+__device__ __forceinline__ void cp_async_16_policy(uint32_t saddr, const void* gmem, uint64_t policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "l"(policy));
 }
 // 8-byte global -> shared copy (through L1); zero-fills when !valid.
 __device__ __forceinline__ void cp_async_8(uint32_t saddr, const void* gmem, bool valid) {
