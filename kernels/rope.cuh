@@ -70,16 +70,26 @@ template <typename T, typename X = T, typename C = T> struct RopeParams {
     int block_size = 0;              //   and the pools' block size
 };
 
-// An FP8 cache: a token's K and V heads into row `row` of the pools, a warp a head (warp w of
-// the grid takes heads w, w + warps, ...): the head's values(head, e, lo, hi), as rope_qkv_kernel
-// makes them, at most 32·N·P pairs of them a warp; their largest |value|, one warp reduction; then
-// the codes and the scale (fp8.h).
+// The warps whose threads rotate a token's query heads (n elements and their partners a thread).
+template <typename T, typename X, typename C>
+__host__ __device__ inline int rope_query_warps(const RopeParams<T, X, C>& p, int n) {
+    return (p.n_heads * (p.head_dim / 2) / n + 31) / 32;
+}
+
+// An FP8 cache: a token's K and V heads into row `row` of the pools, a warp a head: the head's
+// values(head, e, lo, hi), as rope_qkv_kernel makes them, at most 32·N·P pairs of them a warp;
+// their largest |value|, one warp reduction; then the codes and the scale (fp8.h). Where the
+// grid has a warp for each K/V head besides those whose threads rotate the query heads (decode:
+// rope_qkv sizes it so), warp q_warps + j takes head j alone; otherwise warp w takes heads w,
+// w + warps, ... (a warp with two heads waits for their loads one after the other: the FP8
+// cache's decode step paid for it: 1B +2.2%, 7B +1.7% with one head a warp, docs/fp8.md).
 template <int N, typename T, typename X, typename Values>
 __device__ __forceinline__ void store_kv_heads_fp8(const RopeParams<T, X, uint8_t>& p, int64_t row, Values& values) {
     constexpr int P = 128 / (32 * N);   // packs per lane (hd/2 <= 128)
     const int half = p.head_dim / 2, KV = p.n_kv_heads * p.head_dim;
-    const int lane = threadIdx.x % 32, warps = gridDim.y * blockDim.x / 32;
-    for (int j = (blockIdx.y * blockDim.x + threadIdx.x) / 32; j < 2 * p.n_kv_heads; j += warps) {
+    const int lane = threadIdx.x % 32, warps = gridDim.y * blockDim.x / 32, warp = (blockIdx.y * blockDim.x + threadIdx.x) / 32;
+    const int q_warps = rope_query_warps(p, N), first = warps >= q_warps + 2 * p.n_kv_heads ? q_warps : 0;
+    for (int j = (warp + warps - first) % warps; j < 2 * p.n_kv_heads; j += warps) {
         const int h = j % p.n_kv_heads;   // KV head h of the K pool (j < nKV), then of the V pool
         Pack<float, N> lo[P], hi[P];
         float amax = 0.0f;
@@ -230,7 +240,9 @@ template <typename T, typename X, typename C> void rope_qkv(const RopeParams<T, 
                         aligned(p.q_norm, 4 * sizeof(T)) && aligned(p.k_norm, 4 * sizeof(T)) &&
                         aligned(p.normed, 4 * sizeof(X));
     const int N = packed ? 4 : 1, packs = pairs / N;
-    const dim3 grid(p.rows, split ? (packs + threads - 1) / threads : 1);
+    // Split, an FP8 cache's grid has a warp for each K/V head besides the query heads' threads.
+    const int split_threads = kFp8Cache<C> ? (rope_query_warps(p, N) + 2 * p.n_kv_heads) * 32 : packs;
+    const dim3 grid(p.rows, split ? (split_threads + threads - 1) / threads : 1);
     const size_t smem = p.head_dim * sizeof(float);
     with_flag(p.scale.row != nullptr, [&](auto scaled) {
         constexpr bool S = decltype(scaled)::value;
