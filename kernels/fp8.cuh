@@ -129,13 +129,6 @@ inline void scale_rows_cols(float* y, const float* xs, const float* ws, int rows
 
 namespace fp8 {
 
-// 16 bytes of shared memory (address in the shared window).
-__device__ __forceinline__ uint4 ld_shared_16(uint32_t addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-    return v;
-}
-
 // Byte pair p (0..7) of 16 weight bytes, as two 16-bit values of type T (exact: every E4M3
 // value is a half and a bfloat16).
 template <typename T>
@@ -268,8 +261,8 @@ __global__ void __launch_bounds__(kFp8GemvMaxWarps * 32, 1)
         __syncwarp();                  // and every lane's
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const uint4 lo = fp8::ld_shared_16(slot(i) + fp8_slot_offset(g, 4 * h + t));
-            const uint4 hi = fp8::ld_shared_16(slot(i) + fp8_slot_offset(g + 8, 4 * h + t));
+            const uint4 lo = attn::ld_shared_v4(slot(i) + fp8_slot_offset(g, 4 * h + t));
+            const uint4 hi = attn::ld_shared_v4(slot(i) + fp8_slot_offset(g + 8, 4 * h + t));
             if (i + 1 < mine) {
                 if (h == 0) load_x(xn, i + 1, 0);
                 else load_x(x0, i + 1, 1);
