@@ -8,11 +8,19 @@
 // logits rank by lower id (as torch.argmax and sample_cpu in src/sampler.cpp; dividing by the
 // temperature keeps the order). Keys are distinct.
 //
-// argmax: the largest key, by a block-wide max reduction over one block of 1024 threads, each
-// reading 8 consecutive logits per step (16-byte loads when the row is aligned). -1 instead of
-// an id when any logit is NaN or Inf (as sample_cpu returns), which the engine reports as an
-// error.
+// argmax: the largest key, and -1 instead of an id when any logit is NaN or Inf (as sample_cpu
+// returns), which the engine reports as an error. Each thread reads 8 consecutive logits per
+// step (16-byte loads when the row is aligned) and the block combines its threads' keys
+// (block_reduce). On sm_90 the logits are split over a cluster of 8 blocks: after a cluster
+// barrier, block 0 reads the other blocks' results from their shared memory (distributed shared
+// memory) and writes the id. One block alone would walk V = 100352 logits in 13 trips to L2, one
+// after the other: about 10 us of a 1B decode step, where the cluster's blocks need 2 trips each
+// (docs/fp8.md, "Session 31"). Without clusters (portable mode: src/device_caps.h) one block
+// reads them all. Launched as a programmatic dependent of the output layer where the GPU has
+// those.
 #pragma once
+#include <cooperative_groups.h>
+
 #include "cuda_common.cuh"
 
 namespace olmo {
@@ -20,7 +28,8 @@ namespace olmo {
 namespace sampling {
 
 using u64 = unsigned long long;
-constexpr int kArgmaxThreads = 1024;   // one block
+constexpr int kArgmaxThreads = 1024;   // per block
+constexpr int kArgmaxCluster = 8;      // blocks that split the logits where clusters exist
 constexpr int kItems = 8;              // logits per thread per step
 
 // float -> uint32 with a < b  <=>  key(a) < key(b): negative floats have all bits flipped,
@@ -55,14 +64,35 @@ template <int N, typename T, typename F> __device__ void for_each_logit(const T*
     }
 }
 
-template <typename T, int N>
+// BLOCKS blocks, one cluster (or one block), each over its slice of the logits: a multiple of
+// kItems, so every slice starts as aligned as the row.
+template <typename T, int N, int BLOCKS>
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(int* out_id, const T* logits, int V) {
-    u64 best = 0;
+    const int slice = (V + BLOCKS * kItems - 1) / (BLOCKS * kItems) * kItems;
+    const int first = min(V, (int)blockIdx.x * slice), n = min(slice, V - first);
+    grid_dependency_wait();   // the output layer's logits
+    u64 best = 0;   // below every key
     int finite = 1;
-    for_each_logit<N>(logits, V, [&](int i, float x) { best = max(best, rank_key(x, i)), finite &= isfinite(x); });
+    for_each_logit<N>(logits + first, n, [&](int i, float x) { best = max(best, rank_key(x, first + i)), finite &= isfinite(x); });
     best = block_reduce(best, MaxOp{});
     finite = block_reduce(finite, MinOp{});
-    if (threadIdx.x == 0) *out_id = finite ? rank_id(best) : -1;
+#if __CUDA_ARCH__ >= 900
+    if constexpr (BLOCKS > 1) {
+        __shared__ u64 block_best;
+        __shared__ int block_finite;
+        namespace cg = cooperative_groups;
+        const cg::cluster_group cluster = cg::this_cluster();
+        if (threadIdx.x == 0) block_best = best, block_finite = finite;
+        cluster.sync();
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+            for (int b = 1; b < BLOCKS; b++) {
+                best = max(best, *cluster.map_shared_rank(&block_best, b));
+                finite = min(finite, *cluster.map_shared_rank(&block_finite, b));
+            }
+        cluster.sync();   // no block leaves while block 0 may still read its shared memory
+    }
+#endif
+    if (blockIdx.x == 0 && threadIdx.x == 0) *out_id = finite ? rank_id(best) : -1;
 }
 
 }  // namespace sampling
@@ -72,9 +102,19 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(int* out_id, con
 template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStream_t stream) {
     using namespace sampling;
     if (V < 1) fail("argmax: empty vocabulary");
-    if (aligned16(logits)) argmax_kernel<T, kVec<T>><<<1, kArgmaxThreads, 0, stream>>>(out_id, logits, V);
-    else argmax_kernel<T, 1><<<1, kArgmaxThreads, 0, stream>>>(out_id, logits, V);
-    cudaCheckLaunch();
+    const bool vec = aligned16(logits);
+    if (!device_caps().clusters) {
+        (vec ? argmax_kernel<T, kVec<T>, 1> : argmax_kernel<T, 1, 1>)<<<1, kArgmaxThreads, 0, stream>>>(out_id, logits, V);
+        cudaCheckLaunch();
+        return;
+    }
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim = {kArgmaxCluster, 1, 1};
+    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[1].val.programmaticStreamSerializationAllowed = 1;
+    launch_with(attrs, device_caps().pdl ? 2 : 1, vec ? argmax_kernel<T, kVec<T>, kArgmaxCluster> : argmax_kernel<T, 1, kArgmaxCluster>,
+                kArgmaxCluster, kArgmaxThreads, 0, stream, out_id, logits, V);
 }
 
 }  // namespace olmo
