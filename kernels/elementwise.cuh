@@ -1,7 +1,8 @@
 // elementwise.cuh: the memory-bound ops with no reduction.
 // defines: ScaledRow, embedding, silu_times, swiglu, clip, copy_rows, convert
 //
-//   embedding  out[r, :] = table[ids[r], :]                      one block per row, a plain copy
+//   embedding  out[r, :] = table[ids[r], :]; x[r, :] = the same   one block per row, a copy in T
+//                                                                  and one in fp32 (the residual)
 //   swiglu     out[r, i] = silu(gu[r, i]) * gu[r, I + i]          silu(g) = g / (1 + exp(-g))
 //   clip       x = clamp(x, -c, c)                                OLMo-1 clip_qkv, in place
 //   copy_rows  dst[dst_rows[i], :] = src[src_rows[i], :]          one block per row; context parallel's K/V exchange
@@ -65,22 +66,31 @@ template <typename X, bool SCALED = false> struct ScaledRow {
 // ---- embedding ----
 
 template <typename T, int N>
-__global__ void embedding_kernel(T* out, const T* table, const int* ids, int H) {
+__global__ void embedding_kernel(T* out, float* x, const T* table, const int* ids, int H) {
     using P = Pack<T, N>;
+    using PX = Pack<float, N>;
     const P* src = reinterpret_cast<const P*>(table + (int64_t)ids[blockIdx.x] * H);
     P* dst = reinterpret_cast<P*>(out + (int64_t)blockIdx.x * H);
-    for (int i = threadIdx.x; i < H / N; i += blockDim.x) dst[i] = src[i];
+    PX* dst_x = reinterpret_cast<PX*>(x + (int64_t)blockIdx.x * H);
+    for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
+        const P p = src[i];
+        PX f;
+        for (int j = 0; j < N; j++) f.v[j] = to_float(p.v[j]);
+        dst[i] = p;
+        dst_x[i] = f;
+    }
 }
 
-// out [rows, H] = table [V, H] rows picked by ids [rows] (device).
+// out [rows, H] (T) = table [V, H] rows picked by ids [rows] (device), and x [rows, H] the same
+// rows in fp32: a forward's first T input and its fp32 residual stream.
 template <typename T>
-void embedding(T* out, const T* table, const int* ids, int rows, int H, cudaStream_t stream) {
+void embedding(T* out, float* x, const T* table, const int* ids, int rows, int H, cudaStream_t stream) {
     if (rows == 0) return;
     constexpr int N = kVec<T>;
-    if (H % N == 0 && aligned16(out) && aligned16(table))
-        embedding_kernel<T, N><<<rows, row_threads(H / N), 0, stream>>>(out, table, ids, H);
+    if (H % N == 0 && aligned16(out) && aligned16(table) && reinterpret_cast<uintptr_t>(x) % (N * sizeof(float)) == 0)
+        embedding_kernel<T, N><<<rows, row_threads(H / N), 0, stream>>>(out, x, table, ids, H);
     else
-        embedding_kernel<T, 1><<<rows, row_threads(H), 0, stream>>>(out, table, ids, H);
+        embedding_kernel<T, 1><<<rows, row_threads(H), 0, stream>>>(out, x, table, ids, H);
     cudaCheckLaunch();
 }
 

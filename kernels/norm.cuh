@@ -26,8 +26,9 @@
 // Every kernel lets the kernel behind it in the stream launch at once (allow_dependent_launch):
 // one launched as a dependent (fp8_gemv) then streams its weights while we run, and waits for
 // our output before it reads it; an ordinary launch still waits for us to finish. add_rmsnorm
-// is itself launched as a dependent of the product ahead: it asks L2 for its residual row and
-// weight (prefetch_l2), which that product does not write, and then waits for it.
+// and rmsnorm are themselves launched as dependents of the kernel ahead: they ask L2 for what
+// it does not write (add_rmsnorm's residual row and weight, rmsnorm's weight: prefetch_l2), and
+// then wait for it.
 #pragma once
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
@@ -134,6 +135,8 @@ __global__ void add_layernorm_kernel(float* x, const Y* y, PendingScale ys, T* x
 template <typename O, typename X, typename T, int N>
 __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld_in, int64_t ld_out, float eps) {
     allow_dependent_launch();   // see the file comment
+    prefetch_l2_block(w, H * (int64_t)sizeof(T));   // not written by the kernel ahead
+    grid_dependency_wait();     // launched as a dependent of the kernel that writes x
     const ScaledRow<X> x_row(x, blockIdx.x, ld_in);
     O* out_row = out + blockIdx.x * ld_out;
     const float rstd = rms_rstd<N>(x_row, H, eps);
@@ -218,9 +221,9 @@ void rmsnorm(O* out, const X* x, const T* w, int rows, int H, int64_t ld_in, int
     if (rows == 0) return;
     constexpr int N = kVec<T>;
     if (packable<T>(H, {out, x, w}) && ld_in % N == 0 && ld_out % N == 0)
-        rmsnorm_kernel<O, X, T, N><<<rows, row_threads(H / N), 0, stream>>>(out, x, w, H, ld_in, ld_out, eps);
+        launch_dependent(rmsnorm_kernel<O, X, T, N>, dim3(rows), dim3(row_threads(H / N)), 0, stream, out, x, w, H, ld_in, ld_out, eps);
     else
-        rmsnorm_kernel<O, X, T, 1><<<rows, row_threads(H), 0, stream>>>(out, x, w, H, ld_in, ld_out, eps);
+        launch_dependent(rmsnorm_kernel<O, X, T, 1>, dim3(rows), dim3(row_threads(H)), 0, stream, out, x, w, H, ld_in, ld_out, eps);
     cudaCheckLaunch();
 }
 

@@ -547,8 +547,7 @@ private:
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
 
-        embedding(xn_, w_.embed, meta_.ids, n, H, stream_);                        // [n, H] in T
-        convert(x_, xn_, (int64_t)n * H, stream_);                               // the fp32 residual
+        embedding(xn_, x_, w_.embed, meta_.ids, n, H, stream_);                    // [n, H] in T, and in fp32: the residual
         emit("embed", x_, n, H, H);
         if (olmo1) layernorm(xn_, x_, n, H, eps, stream_);
         for (int l = 0; l < c_.n_layers; l++) {

@@ -69,11 +69,13 @@ TYPED_TEST(Kernels, Embedding) {
             for (int r = 0; r < rows; r++) ids[r] = (r * 7 + 3) % V;
             ids[0] = V - 1;
             DeviceArray<T> d_table(to_dtype<T>(table)), d_out((size_t)rows * H);
+            DeviceArray<float> d_x((size_t)rows * H);
             DeviceArray<int> d_ids(ids);
-            embedding(d_out.get(), d_table.get(), d_ids.get(), rows, H, 0);
+            embedding(d_out.get(), d_x.get(), d_table.get(), d_ids.get(), rows, H, 0);
             std::vector<float> ref((size_t)rows * H);
             cpu::embedding(ref.data(), table.data(), ids.data(), rows, H);
             expect_close(download_f32(d_out), ref, kExact, this->name(fmt("embedding H=%d rows=%d", H, rows)));
+            expect_close(d_x.download(), ref, kExact, this->name(fmt("embedding, fp32 copy, H=%d rows=%d", H, rows)));
         }
 }
 
