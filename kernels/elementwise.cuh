@@ -69,7 +69,10 @@ template <typename T, int N>
 __global__ void embedding_kernel(T* out, float* x, const T* table, const int* ids, int H) {
     using P = Pack<T, N>;
     using PX = Pack<float, N>;
-    const P* src = reinterpret_cast<const P*>(table + (int64_t)ids[blockIdx.x] * H);
+    // A step fed its ids by the step before (pipelined decode) may get a sampler's -1 (non-finite
+    // logits): it reads row 0, and the engine drops that step. Host ids are checked on upload.
+    const int id = max(ids[blockIdx.x], 0);
+    const P* src = reinterpret_cast<const P*>(table + (int64_t)id * H);
     P* dst = reinterpret_cast<P*>(out + (int64_t)blockIdx.x * H);
     PX* dst_x = reinterpret_cast<PX*>(x + (int64_t)blockIdx.x * H);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {

@@ -138,10 +138,16 @@ public:
         w_.load(ck, progress, stream_);
         upload_rope();
         cudaCheck(cudaMallocHost(&host_ids_, sizeof(int) * max_batch_));
+        cudaCheck(cudaHostAlloc(&id_slots_, sizeof(int) * 2 * max_batch_, cudaHostAllocMapped));
+        cudaCheck(cudaHostGetDevicePointer(&id_slots_dev_, id_slots_, 0));
+        for (cudaEvent_t& e : slot_ready_) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         cudaCheck(cudaStreamSynchronize(stream_));
     }
 
     ~CudaEngine() override {
+        cudaStreamSynchronize(stream_);   // a decode step started ahead may still run
+        for (cudaEvent_t e : slot_ready_) cudaEventDestroy(e);
+        cudaFreeHost(id_slots_);
         cudaFreeHost(host_ids_);
         cublasDestroy(cublas_);
         cudaStreamDestroy(stream_);
@@ -199,19 +205,54 @@ protected:
     // captured once per batch size and output mode.
     void decode_impl(const std::vector<int>& seqs, const std::vector<int>& ids, float* logits, int* ids_out,
                      const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) override {
+        if (!logits && ids_out) {
+            decode_start(seqs, ids.data(), s, steps);
+            return decode_finish(ids_out);
+        }
+        launch_decode(seqs, ids, ids_out ? s : std::vector<SamplingParams>{}, steps, /*fed=*/false, 0);   // no draws: logits only
+        sync_out((int)seqs.size(), logits, ids_out);
+    }
+
+    // A step that draws: its graph ends by storing the ids in pinned host memory (row `slot` of
+    // id_slots_), and an event recorded behind it says they are there. The host waits for that
+    // event, not for the stream, so the step after it can already be queued (Engine::
+    // decode_sample's step ahead); the two slots take turns.
+    bool pipelined() const override { return true; }
+    void decode_start(const std::vector<int>& seqs, const int* ids, const std::vector<SamplingParams>& s,
+                      const std::vector<uint64_t>& steps) override {
+        const int B = (int)seqs.size(), slot = started_++ % 2;
+        launch_decode(seqs, ids ? std::vector<int>(ids, ids + B) : std::vector<int>(B, 0), s, steps, /*fed=*/!ids, slot);
+        slot_n_[slot] = B;
+        cudaCheck(cudaEventRecord(slot_ready_[slot], stream_));
+    }
+    void decode_finish(int* ids_out) override {
+        const int slot = finished_++ % 2, B = slot_n_[slot];
+        cudaCheck(cudaEventSynchronize(slot_ready_[slot]));
+        std::copy(id_slots_ + slot * B, id_slots_ + (slot + 1) * B, ids_out);
+    }
+    void decode_drop() override {
+        cudaCheck(cudaStreamSynchronize(stream_));
+        finished_ = started_;
+    }
+
+    // Uploads the step's metadata and launches its graph. fed: the tokens are the ones the step
+    // before drew, read where it left them (next_ids_), and `ids` is not read. The drawn ids go
+    // to row `slot` of the host's id slots.
+    void launch_decode(const std::vector<int>& seqs, const std::vector<int>& ids, const std::vector<SamplingParams>& draws,
+                       const std::vector<uint64_t>& steps, bool fed, int slot) {
         const int B = (int)seqs.size();
         if (B > max_batch_)
             fail("decode: " + std::to_string(B) + " sequences in one step, the engine was built for at most " +
                  std::to_string(max_batch_));
         std::vector<int> pos(B);
         for (int b = 0; b < B; b++) pos[b] = kv_src_->len(seqs[b]);
-        meta_.upload(*kv_src_, ids, pos, seqs, steps, stream_);
-        const std::vector<SamplingParams> draws = ids_out ? s : std::vector<SamplingParams>{};   // none: logits only
-        graphs_.launch(B, draws, stream_, [&] {
-            forward_rows(B, B, /*prefill=*/false);
+        meta_.upload(*kv_src_, ids, pos, seqs, steps, stream_, slot);
+        graphs_.launch(B, draws, fed, stream_, [&] {
+            forward_rows(B, B, /*prefill=*/false, Out::Logits, fed ? next_ids_ : meta_.ids);
             draw(draws);
+            if (!draws.empty())   // the kernel's own stores cross to the host: no copy between steps
+                copy_rows(id_slots_dev_, next_ids_, meta_.slot, nullptr, 1, B, stream_);
         });
-        sync_out(B, logits, ids_out);
     }
 
     // A prefill in chunks of at most chunk_ rows whose every row is scored against the next id:
@@ -542,12 +583,13 @@ private:
 
     // The forward pass over n token rows described by meta_ (a prefill chunk of one sequence,
     // or one token for each of `batch` sequences): a list of launches.
-    void forward_rows(int n, int batch, bool prefill, Out out = Out::Logits) {
+    // ids: the rows' token ids on the device (null: meta_.ids).
+    void forward_rows(int n, int batch, bool prefill, Out out = Out::Logits, const int* ids = nullptr) {
         const int H = c_.hidden, Q = c_.q_dim(), KV = c_.kv_dim(), QKV = Q + 2 * KV;
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
 
-        embedding(xn_, x_, w_.embed, meta_.ids, n, H, stream_);                    // [n, H] in T, and in fp32: the residual
+        embedding(xn_, x_, w_.embed, ids ? ids : meta_.ids, n, H, stream_);       // [n, H] in T, and in fp32: the residual
         emit("embed", x_, n, H, H);
         if (olmo1) layernorm(xn_, x_, n, H, eps, stream_);
         for (int l = 0; l < c_.n_layers; l++) {
@@ -716,7 +758,12 @@ private:
     StepMeta meta_;                       // the current call's tokens, in device memory
     char *attn_ws_, *cublas_ws_;
     char* prefill_ws_ = nullptr;          // FP8 cache on Hopper: the prefill's copy of the keys in T
-    int* host_ids_ = nullptr;    // pinned: sampled ids coming back
+    int* host_ids_ = nullptr;    // pinned: sampled ids coming back (prefill, decode with logits)
+    int* id_slots_ = nullptr;             // decode_start: pinned and mapped, [2, B] rows of drawn ids
+    int* id_slots_dev_ = nullptr;         //   the same memory as the GPU addresses it
+    cudaEvent_t slot_ready_[2] = {};      //   recorded behind the step writing each row
+    int slot_n_[2] = {};                  //   and its B
+    uint64_t started_ = 0, finished_ = 0; // steps started and finished (a step's slot: its count % 2)
     DecodeGraphs graphs_;
     TpRank tp_;                           // tensor parallel (ranks > 1): this rank
     bool kv8_ = false;                    // the KV cache in FP8 (LayerCache)

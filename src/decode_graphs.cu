@@ -11,16 +11,16 @@ DecodeGraphs::~DecodeGraphs() {
     for (auto& g : graphs_) cudaGraphExecDestroy(g.exec);
 }
 
-void DecodeGraphs::launch(int batch, const std::vector<SamplingParams>& sampling, cudaStream_t stream,
+void DecodeGraphs::launch(int batch, const std::vector<SamplingParams>& sampling, bool fed, cudaStream_t stream,
                           const std::function<void()>& record) {
     auto hit = std::find_if(graphs_.begin(), graphs_.end(),
-                            [&](const Graph& g) { return g.batch == batch && g.sampling == sampling; });
+                            [&](const Graph& g) { return g.batch == batch && g.sampling == sampling && g.fed == fed; });
     if (hit == graphs_.end()) {
         if (graphs_.size() == kMaxGraphs) {
             cudaCheck(cudaGraphExecDestroy(graphs_.back().exec));
             graphs_.pop_back();
         }
-        graphs_.insert(graphs_.begin(), Graph{batch, sampling, capture(stream, record)});
+        graphs_.insert(graphs_.begin(), Graph{batch, sampling, fed, capture(stream, record)});
     } else {
         std::rotate(graphs_.begin(), hit, hit + 1);   // most recently used first
     }

@@ -50,9 +50,10 @@ int prefill_step(Engine& eng, const Request& r, int seq, std::vector<float>& log
 }
 
 // One decode step for every live sequence: their next tokens, and in `logits` [B, V] the rows
-// they were drawn from when a request needs them (else left empty).
+// they were drawn from when a request needs them (else left empty). ahead: start the step after
+// it too (Engine::decode_sample), when no live request ends with this one's token for sure.
 std::vector<int> decode_step(Engine& eng, const std::vector<Request>& reqs, const std::vector<std::vector<int>>& out,
-                             const std::vector<Live>& live, std::vector<float>& logits) {
+                             const std::vector<Live>& live, std::vector<float>& logits, bool ahead) {
     const int V = eng.config().vocab;
     std::vector<int> seqs, ids, got;
     std::vector<SamplingParams> sp;
@@ -70,13 +71,15 @@ std::vector<int> decode_step(Engine& eng, const std::vector<Request>& reqs, cons
         return got;
     }
     const bool want = std::any_of(live.begin(), live.end(), [&](const Live& l) { return reqs[l.req].want_logits; });
-    return eng.decode_sample(seqs, ids, sp, steps, want ? &logits : nullptr);
+    const bool more = std::all_of(live.begin(), live.end(),
+                                  [&](const Live& l) { return (int)out[l.req].size() + 1 < reqs[l.req].max_new_tokens; });
+    return eng.decode_sample(seqs, ids, sp, steps, want ? &logits : nullptr, ahead && more);
 }
 
 }  // namespace
 
 std::vector<std::vector<int>> generate(Engine& eng, const std::vector<Request>& reqs, const std::vector<int>& eos,
-                                       const TokenCallback& on_token) {
+                                       const TokenCallback& on_token, bool pipelined) {
     std::vector<std::vector<int>> out(reqs.size());
     std::vector<Live> live;
     size_t next = 0;
@@ -119,7 +122,9 @@ std::vector<std::vector<int>> generate(Engine& eng, const std::vector<Request>& 
         }
         if (live.empty()) continue;
         std::vector<float> logits;   // [B, V] when a request needs them
-        const std::vector<int> got = decode_step(eng, reqs, out, live, logits);
+        // The step after this one is started ahead unless requests wait: one admitted when this
+        // step ends a request would change the batch, and that step would be dropped.
+        const std::vector<int> got = decode_step(eng, reqs, out, live, logits, pipelined && next == reqs.size());
         std::vector<Live> still;
         for (size_t b = 0; b < live.size(); b++) {
             live[b].last = got[b];

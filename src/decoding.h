@@ -41,8 +41,14 @@ using TokenCallback = std::function<bool(const NewToken&)>;
 // every sequence's history on the device for a penalty kernel, and costs, per sequence and
 // token, the copy of V floats to the host, the penalty (O(history)) and the host pick (O(V),
 // O(V log V) with top-p): see README.md, "Sampling on the host".
+//
+// Pipelined (on an engine that can: the GPU's): while the host reads one step's ids and
+// reports them, the next step already runs, fed those ids on the device (Engine::decode_sample's
+// `ahead`). When a request ends, the others take their tokens from that step; it is dropped
+// (one step's work lost) only when a callback or eos ends every request, or the batch changes.
+// The ids are the same as without.
 std::vector<std::vector<int>> generate(Engine& eng, const std::vector<Request>& reqs, const std::vector<int>& eos,
-                                       const TokenCallback& on_token = nullptr);
+                                       const TokenCallback& on_token = nullptr, bool pipelined = true);
 
 // Beam search with transformers' semantics (GenerationMixin._beam_search, do_sample=False):
 // keep num_beams running beams; each step takes the top 2*num_beams continuations of all

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,11 @@ public:
 
     // --- sequences ---
     int new_sequence() { return kv_->new_sequence(); }
-    int fork_sequence(int parent) { return kv_->fork(parent); }
-    void free_sequence(int seq) { kv_->free(seq); }
+    int fork_sequence(int parent) {
+        drop_ahead();
+        return kv_->fork(parent);
+    }
+    void free_sequence(int seq);
     int seq_len(int seq) const { return kv_->len(seq); }
     const KvCache& kv_cache() const { return *kv_; }
 
@@ -76,9 +80,20 @@ public:
     // The same, drawing each sequence's next token with its own sampling parameters and RNG
     // step (a sequence's k-th generated token uses step k, so batching does not change draws);
     // `logits`, when given, also gets the logits the tokens were drawn from [B, V].
+    //
+    // ahead (pipelined decode; engines whose pipelined() is true, else ignored): before it
+    // waits for this step's ids, the call also starts the step after it, for the same sequences
+    // and sampling at steps + 1, each fed the token drawn now while it is still on the device.
+    // The host's work between two steps (reading the ids, streaming the text, the next launch)
+    // then overlaps the GPU's. The next call finds that step running when it asks for it: these
+    // sequences or some of them (the others ended), each with the id returned now and steps + 1,
+    // no logits. Any other call (or prefill, score, fork, reset) first drops it; the K/V rows it
+    // wrote were never committed and are written again. Needs no logits and room for one more
+    // token in every sequence, else no step is started ahead.
     std::vector<int> decode_sample(const std::vector<int>& seqs, const std::vector<int>& ids,
                                    const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps,
-                                   std::vector<float>* logits = nullptr);
+                                   std::vector<float>* logits = nullptr, bool ahead = false);
+    virtual bool pipelined() const { return false; }
 
     // Log-probabilities of a text (perplexity): appends ids to seq and returns, for i in [1, n),
     // log p(ids[i] | the sequence's earlier tokens, ids[0..i-1]) [n-1], each from the fp32
@@ -120,6 +135,17 @@ protected:
                              const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) = 0;
     // Copies KV block src to dst in every layer of `kind` (copy on write of a shared block).
     virtual void copy_block(int kind, int src, int dst) = 0;
+    // Pipelined decode (decode_sample's `ahead`), for engines whose pipelined() is true; at most
+    // two steps are in flight. decode_start enqueues a step that draws ids, fed `ids` [B], or when
+    // ids is null the ids the step before it drew (still on the device; the same sequences in
+    // the same order). decode_finish waits for the oldest step in flight and gives its ids [B].
+    // decode_drop waits for every step in flight and forgets them.
+    virtual void decode_start(const std::vector<int>& seqs, const int* ids, const std::vector<SamplingParams>& s,
+                              const std::vector<uint64_t>& steps) {
+        (void)seqs, (void)ids, (void)s, (void)steps;
+    }
+    virtual void decode_finish(int* ids_out) { (void)ids_out; }
+    virtual void decode_drop() {}
 
     int max_seq_ = 0;
     std::unique_ptr<KvCache> kv_;
@@ -129,6 +155,28 @@ protected:
 private:
     void check_ids(const std::vector<int>& ids) const;
     void reserve(int seq, size_t n);
+
+    // The decode step started ahead (decode_sample's `ahead`), while it is in flight: its
+    // sequences (-1 for one freed since), the ids it was fed, its sampling and steps.
+    struct Ahead {
+        std::vector<int> seqs, ids;
+        std::vector<SamplingParams> s;
+        std::vector<uint64_t> steps;
+    };
+    std::optional<Ahead> ahead_;
+    // decode_sample's pipelined path (engine.cpp), and the start of the step after `steps`.
+    std::vector<int> decode_pipelined(const std::vector<int>& seqs, const std::vector<int>& ids,
+                                      const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps,
+                                      const std::vector<int>& at, bool ahead);
+    void start_ahead(const std::vector<int>& seqs, const int* ids, const std::vector<SamplingParams>& s,
+                     const std::vector<uint64_t>& steps);
+    // Where each of seqs is in the step ahead, fed ids[b] at steps[b] with s[b]; empty when it
+    // is not that step (or none is in flight).
+    std::vector<int> find_ahead(const std::vector<int>& seqs, const std::vector<int>& ids,
+                                const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) const;
+    void drop_ahead();
+    // Whether every one of seqs has room (context and pool) for one more token after this step.
+    bool room_for_next(const std::vector<int>& seqs) const;
 };
 
 // How the KV cache stores keys and values (--kv-dtype). Same: in the engine's own storage type,

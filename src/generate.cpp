@@ -221,14 +221,15 @@ void stream_one(const Job& j, Progress& pr) {
         put(j.tok->decode(prompt));
         std::fflush(stdout);
     }
-    generate(j.eng, {Request{prompt, j.sp, j.n_new}}, j.cfg.eos_ids, [&](const NewToken& t) {
+    auto show = [&](const NewToken& t) {
         pr.token();
         const std::string piece = text ? text->push(t.id) : "";
         if (j.o.output_ids) std::printf("%s%d", pr.generated > 1 ? "," : "", t.id);
         else put(piece);
         std::fflush(stdout);
         return text && text->stopped();
-    });
+    };
+    generate(j.eng, {Request{prompt, j.sp, j.n_new}}, j.cfg.eos_ids, show, !j.o.no_pipeline);
     if (text && !j.o.output_ids) put(text->finish());
     std::printf("\n");
 }
@@ -239,11 +240,12 @@ void generate_batch(const Job& j, Progress& pr) {
     std::vector<Request> reqs;
     for (size_t k = 0; k < j.prompts.size(); k++) reqs.push_back({j.prompts[k], seeded(j.sp, k), j.n_new, j.o.out.json});
     SequencePrinter printer(j.o.out, j.tok, j.cfg.vocab, j.prompts, /*labels=*/true);
-    generate(j.eng, reqs, j.bench ? std::vector<int>{} : j.cfg.eos_ids, [&](const NewToken& t) {
+    auto show = [&](const NewToken& t) {
         pr.token();
         if (pr.generated == j.prompts.size()) pr.t_decode = seconds_since(pr.t0);   // every prompt prefilled
         return printer.on_token(t);
-    });
+    };
+    generate(j.eng, reqs, j.bench ? std::vector<int>{} : j.cfg.eos_ids, show, !j.o.no_pipeline);
 }
 
 // --chat: the checkpoint's chat template around each message; the -p messages in turn, else an

@@ -93,6 +93,9 @@ void add_engine_and_beam_flags(CLI::App& app, Options& o) {
                    "transformers' generate(num_beams=N, do_sample=False)")->check(CLI::Range(1, 64));
     app.add_option("--length-penalty", o.length_penalty, "beam search: hypotheses are scored sum(logprob) / "
                    "length^this, in [-100, 100] (default 1.0, as transformers)");
+    app.add_flag("--no-pipeline", o.no_pipeline, "GPU: launch each decode step only after the step before's tokens "
+                 "reached the host (by default the next step runs while the host reads and prints them; the "
+                 "output is the same)");
     app.add_option("--kv-pool-gb", o.kv_pool_gb, "size of the paged KV-cache pool in GB (default: what the prompts "
                    "and -n need); a batch that does not fit waits, one that never fits is an error")
         ->check(CLI::Range(0.0f, 4096.0f));

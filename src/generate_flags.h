@@ -34,6 +34,7 @@ struct Options {
     uint64_t seed = 0;
     std::string seed_text = "0";   // --seed as given; check_flags() parses it into seed
     bool stats = false, output_ids = false, quiet = false, chat = false, verbose_prompt = false;
+    bool no_pipeline = false;      // --no-pipeline: each decode step waits for the one before's ids on the host
     float min_p = 0.0f, repeat_penalty = 1.0f;
     OutputOptions out;   // --json, --logprobs, --stop (and --output-ids, copied in)
 };

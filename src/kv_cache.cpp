@@ -62,15 +62,22 @@ void KvCache::clear() {
     for (int s = 0; s < (int)seqs_.size(); s++) free(s);
 }
 
+int KvCache::blocks_to_reserve(int seq, int n, int kind) const {
+    if (refs_[kind].empty()) return 0;
+    const Seq& s = seqs_.at(seq);
+    const std::vector<int>& t = s.blocks[kind];
+    const int first = s.len / block_size_, last = (s.len + n - 1) / block_size_;   // logical blocks written
+    const bool shared = first < (int)t.size() && t[first] >= 0 && refs_[kind][t[first]] > 1;   // copied on write
+    return std::max(0, last + 1 - (int)t.size()) + (shared ? 1 : 0);
+}
+
 std::vector<KvCache::Copy> KvCache::reserve(int seq, int n) {
     if (!alive(seq)) fail("KV cache: sequence " + std::to_string(seq) + " does not exist");
     Seq& s = seqs_[seq];
     const int first = s.len / block_size_, last = (s.len + n - 1) / block_size_;   // logical blocks written
     // Count first, so that a failure leaves everything as it was.
     for (int k = 0; k < 2; k++) {
-        if (refs_[k].empty()) continue;
-        int need = std::max(0, last + 1 - (int)s.blocks[k].size());
-        if (first < (int)s.blocks[k].size() && s.blocks[k][first] >= 0 && refs_[k][s.blocks[k][first]] > 1) need++;
+        const int need = blocks_to_reserve(seq, n, k);
         if (need > (int)free_[k].size())
             fail("KV cache pool exhausted: " + std::to_string(need) + " more blocks of " + std::to_string(block_size_) +
                  " tokens needed, " + std::to_string(free_[k].size()) + " free of " + std::to_string(refs_[k].size()) +

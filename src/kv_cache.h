@@ -39,6 +39,8 @@ public:
     // Makes room to append n tokens to seq: allocates blocks and un-shares the block the first
     // new token goes into. Throws olmo::Error (pool exhausted) and changes nothing if it cannot.
     std::vector<Copy> reserve(int seq, int n);
+    // Blocks of `kind` that reserve(seq, n) would take from the pool.
+    int blocks_to_reserve(int seq, int n, int kind) const;
     // Records that n tokens were appended; sliding blocks wholly out of the window are released.
     void commit(int seq, int n);
 

@@ -9,12 +9,17 @@ namespace olmo {
 
 void StepMeta::reserve(int max_rows, int max_batch, int stride) {
     stride_ = stride;
-    // rows: ids, pos, 2 x rows; per sequence: step (2 ints), pos0, 2 x table (layout)
-    ints_ = 4 * (size_t)max_rows + (size_t)max_batch * (3 + 2 * stride_);
-    cudaCheck(cudaMallocHost(&host_, sizeof(int) * ints_));
+    // rows: ids, pos, 2 x rows; per sequence: step (2 ints), pos0, 2 x table; the slot (layout)
+    ints_ = 4 * (size_t)max_rows + (size_t)max_batch * (3 + 2 * stride_) + 1;
+    for (int m = 0; m < 2; m++) {
+        cudaCheck(cudaMallocHost(&host_[m], sizeof(int) * ints_));
+        cudaCheck(cudaEventCreateWithFlags(&copied_[m], cudaEventDisableTiming));
+    }
 }
 
-StepMeta::~StepMeta() { cudaFreeHost(host_); }
+StepMeta::~StepMeta() {
+    for (int m = 0; m < 2; m++) cudaFreeHost(host_[m]), cudaEventDestroy(copied_[m]);
+}
 
 // Places the arrays for n rows and B sequences back to back in the device block. The layout
 // depends only on (n, B), so a graph captured for a batch size stays valid.
@@ -26,17 +31,21 @@ size_t StepMeta::layout(int n, int B) {
     rows[0] = m, m += n;
     rows[1] = m, m += n;
     pos0 = m, m += B;
+    slot = m, m += 1;
     tables[0] = m, m += (size_t)B * stride_;
     tables[1] = m, m += (size_t)B * stride_;
     return m - base_;
 }
 
 void StepMeta::upload(const KvCache& kv, const std::vector<int>& token_ids, const std::vector<int>& positions,
-                      const std::vector<int>& seqs, const std::vector<uint64_t>& steps, cudaStream_t stream) {
+                      const std::vector<int>& seqs, const std::vector<uint64_t>& steps, cudaStream_t stream,
+                      int id_slot) {
     const int n = (int)token_ids.size(), B = (int)seqs.size();
-    cudaCheck(cudaStreamSynchronize(stream));   // the previous copy from host_ is done
+    const int m = turn_;
+    turn_ ^= 1;
+    cudaCheck(cudaEventSynchronize(copied_[m]));   // the mirror's previous copy is done
     const size_t used = layout(n, B);
-    int* h = host_;
+    int* h = host_[m];
     auto at = [&](int* dev) { return h + (dev - base_); };
     std::copy(token_ids.begin(), token_ids.end(), at(ids));
     std::copy(positions.begin(), positions.end(), at(pos));
@@ -51,9 +60,11 @@ void StepMeta::upload(const KvCache& kv, const std::vector<int>& token_ids, cons
         }
     }
     for (int b = 0; b < B; b++) at(pos0)[b] = positions[B == 1 ? 0 : b];
+    *at(slot) = id_slot;
     uint64_t* host_step = reinterpret_cast<uint64_t*>(at(reinterpret_cast<int*>(step)));
     for (int b = 0; b < B; b++) host_step[b] = b < (int)steps.size() ? steps[b] : 0;
     cudaCheck(cudaMemcpyAsync(base_, h, sizeof(int) * used, cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaEventRecord(copied_[m], stream));
 }
 
 }  // namespace olmo

@@ -8,6 +8,9 @@
 // from its buffers, and are filled through a pinned mirror of that block on the host. Where
 // each array starts depends only on (rows, batch), so a decode step captured as a CUDA graph
 // for a batch size reads the right places at every replay, whatever later uploads put there.
+// The mirror is double: an upload fills one while the other's copy may still wait in the
+// stream (a decode step started ahead: cuda_engine.cu), and waits only for the copy that last
+// read the one it fills.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -28,6 +31,7 @@ public:
     int* pos0 = nullptr;        // [batch]       position of each sequence's first token in this call
     int* tables[2] = {};        // [batch, stride] block tables, per kind
     uint64_t* step = nullptr;   // [batch]       draw counter of each sequence, for the sampler (first: 8-aligned)
+    int* slot = nullptr;        // [1]           where a decode step's drawn ids go on the host (cuda_engine.cu)
 
     StepMeta() = default;
     ~StepMeta();
@@ -42,17 +46,21 @@ public:
 
     // Fills the arrays on the host and copies them to the device in one transfer on `stream`:
     // rows = token_ids.size() tokens at `positions`, belonging to seqs (prefill: one sequence;
-    // decode: one per token); steps[b] is the draw counter of seqs[b] (0 when missing).
+    // decode: one per token); steps[b] is the draw counter of seqs[b] (0 when missing); id_slot
+    // goes to `slot`.
     void upload(const KvCache& kv, const std::vector<int>& token_ids, const std::vector<int>& positions,
-                const std::vector<int>& seqs, const std::vector<uint64_t>& steps, cudaStream_t stream);
+                const std::vector<int>& seqs, const std::vector<uint64_t>& steps, cudaStream_t stream,
+                int id_slot = 0);
 
 private:
     size_t layout(int n, int B);
 
     int stride_ = 0;
     size_t ints_ = 0;
-    int* base_ = nullptr;   // the device block
-    int* host_ = nullptr;   // its pinned mirror
+    int* base_ = nullptr;             // the device block
+    int* host_[2] = {};               // its pinned mirrors, used in turn
+    cudaEvent_t copied_[2] = {};      // recorded after each mirror's latest copy
+    int turn_ = 0;                    // the mirror the next upload fills
 };
 
 }  // namespace olmo
