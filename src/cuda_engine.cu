@@ -137,6 +137,7 @@ public:
         if (fp8) fp8_gemm_ = std::make_unique<Fp8Gemm>(cublas_ws_, kCublasWorkspace);
         w_.load(ck, progress, stream_);
         upload_rope();
+        meta_.reset_counter(stream_);
         cudaCheck(cudaMallocHost(&host_ids_, sizeof(int) * max_batch_));
         cudaCheck(cudaHostAlloc(&id_slots_, sizeof(int) * 2 * max_batch_, cudaHostAllocMapped));
         cudaCheck(cudaHostGetDevicePointer(&id_slots_dev_, id_slots_, 0));
@@ -209,8 +210,9 @@ protected:
             decode_start(seqs, ids.data(), s, steps);
             return decode_finish(ids_out);
         }
-        launch_decode(seqs, ids, ids_out ? s : std::vector<SamplingParams>{}, steps, /*fed=*/false, 0);   // no draws: logits only
+        launch_decode(seqs, ids, ids_out ? s : std::vector<SamplingParams>{}, steps, /*fed=*/false);   // no draws: logits only
         sync_out((int)seqs.size(), logits, ids_out);
+        finished_ = started_;
     }
 
     // A step that draws: its graph ends by storing the ids in pinned host memory (row `slot` of
@@ -220,8 +222,8 @@ protected:
     bool pipelined() const override { return true; }
     void decode_start(const std::vector<int>& seqs, const int* ids, const std::vector<SamplingParams>& s,
                       const std::vector<uint64_t>& steps) override {
-        const int B = (int)seqs.size(), slot = started_++ % 2;
-        launch_decode(seqs, ids ? std::vector<int>(ids, ids + B) : std::vector<int>(B, 0), s, steps, /*fed=*/!ids, slot);
+        const int B = (int)seqs.size();
+        const int slot = launch_decode(seqs, ids ? std::vector<int>(ids, ids + B) : std::vector<int>(B, 0), s, steps, !ids);
         slot_n_[slot] = B;
         cudaCheck(cudaEventRecord(slot_ready_[slot], stream_));
     }
@@ -235,24 +237,28 @@ protected:
         finished_ = started_;
     }
 
-    // Uploads the step's metadata and launches its graph. fed: the tokens are the ones the step
-    // before drew, read where it left them (next_ids_), and `ids` is not read. The drawn ids go
-    // to row `slot` of the host's id slots.
-    void launch_decode(const std::vector<int>& seqs, const std::vector<int>& ids, const std::vector<SamplingParams>& draws,
-                       const std::vector<uint64_t>& steps, bool fed, int slot) {
+    // Stages the step's metadata and launches its graph, which fetches it first (step_meta.h);
+    // returns the step's slot (its count % 2), which names its staging buffer and the row its
+    // drawn ids go to. fed: the tokens are the ones the step before drew, read where it left
+    // them (next_ids_), and `ids` is not read.
+    int launch_decode(const std::vector<int>& seqs, const std::vector<int>& ids, const std::vector<SamplingParams>& draws,
+                      const std::vector<uint64_t>& steps, bool fed) {
         const int B = (int)seqs.size();
         if (B > max_batch_)
             fail("decode: " + std::to_string(B) + " sequences in one step, the engine was built for at most " +
                  std::to_string(max_batch_));
         std::vector<int> pos(B);
         for (int b = 0; b < B; b++) pos[b] = kv_src_->len(seqs[b]);
-        meta_.upload(*kv_src_, ids, pos, seqs, steps, stream_, slot);
+        const int slot = started_++ % 2;
+        meta_.stage(slot, *kv_src_, ids, pos, seqs, steps);
         graphs_.launch(B, draws, fed, stream_, [&] {
+            meta_.fetch_staged(B, stream_);
             forward_rows(B, B, /*prefill=*/false, Out::Logits, fed ? next_ids_ : meta_.ids);
             draw(draws);
             if (!draws.empty())   // the kernel's own stores cross to the host: no copy between steps
                 copy_rows(id_slots_dev_, next_ids_, meta_.slot, nullptr, 1, B, stream_);
         });
+        return slot;
     }
 
     // A prefill in chunks of at most chunk_ rows whose every row is scored against the next id:
@@ -763,7 +769,7 @@ private:
     int* id_slots_dev_ = nullptr;         //   the same memory as the GPU addresses it
     cudaEvent_t slot_ready_[2] = {};      //   recorded behind the step writing each row
     int slot_n_[2] = {};                  //   and its B
-    uint64_t started_ = 0, finished_ = 0; // steps started and finished (a step's slot: its count % 2)
+    uint64_t started_ = 0, finished_ = 0; // decode steps started and finished (a step's slot: its count % 2)
     DecodeGraphs graphs_;
     TpRank tp_;                           // tensor parallel (ranks > 1): this rank
     bool kv8_ = false;                    // the KV cache in FP8 (LayerCache)

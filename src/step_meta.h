@@ -8,9 +8,15 @@
 // from its buffers, and are filled through a pinned mirror of that block on the host. Where
 // each array starts depends only on (rows, batch), so a decode step captured as a CUDA graph
 // for a batch size reads the right places at every replay, whatever later uploads put there.
-// The mirror is double: an upload fills one while the other's copy may still wait in the
-// stream (a decode step started ahead: cuda_engine.cu), and waits only for the copy that last
-// read the one it fills.
+//
+// Two ways in. upload() (prefill, scoring) copies the mirror into the block; the mirror is
+// double, so an upload waits only for the copy that last read the one it fills. A decode step,
+// a CUDA graph, instead has its first kernel fetch its metadata (fetch_staged): stage() fills
+// one of two pinned buffers the GPU reads directly (mapped), and no copy-engine operation sits
+// between two steps (the default model decodes 2.9% faster so, the 1B and 7B shapes as fast:
+// docs/fp8.md, "Session 32"). Which buffer a graph reads is named by a counter in device memory
+// that each fetch advances; the engine stages step k into buffer k % 2, and stages step k + 2
+// only once step k has finished (at most two decode steps are in flight: cuda_engine.cu).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -31,7 +37,7 @@ public:
     int* pos0 = nullptr;        // [batch]       position of each sequence's first token in this call
     int* tables[2] = {};        // [batch, stride] block tables, per kind
     uint64_t* step = nullptr;   // [batch]       draw counter of each sequence, for the sampler (first: 8-aligned)
-    int* slot = nullptr;        // [1]           where a decode step's drawn ids go on the host (cuda_engine.cu)
+    int* slot = nullptr;        // [1]           decode: where the step's drawn ids go on the host (cuda_engine.cu)
 
     StepMeta() = default;
     ~StepMeta();
@@ -46,21 +52,34 @@ public:
 
     // Fills the arrays on the host and copies them to the device in one transfer on `stream`:
     // rows = token_ids.size() tokens at `positions`, belonging to seqs (prefill: one sequence;
-    // decode: one per token); steps[b] is the draw counter of seqs[b] (0 when missing); id_slot
-    // goes to `slot`.
+    // decode: one per token); steps[b] is the draw counter of seqs[b] (0 when missing).
     void upload(const KvCache& kv, const std::vector<int>& token_ids, const std::vector<int>& positions,
-                const std::vector<int>& seqs, const std::vector<uint64_t>& steps, cudaStream_t stream,
-                int id_slot = 0);
+                const std::vector<int>& seqs, const std::vector<uint64_t>& steps, cudaStream_t stream);
+
+    // Decode steps: stage() fills staging buffer `slot` (the k-th decode step's is k % 2, k
+    // counting from 0), one token per sequence, `slot` included; fetch_staged() launches, in the
+    // step's graph before anything reads the arrays, the kernel that copies the buffer the device
+    // counter names into the block and advances the counter. reset_counter() zeroes it (once).
+    void stage(int slot, const KvCache& kv, const std::vector<int>& token_ids, const std::vector<int>& positions,
+               const std::vector<int>& seqs, const std::vector<uint64_t>& steps);
+    void fetch_staged(int B, cudaStream_t stream);
+    void reset_counter(cudaStream_t stream);
 
 private:
     size_t layout(int n, int B);
+    // Fills mirror h as layout(n, B) lays the block out; returns the ints used.
+    size_t fill(int* h, const KvCache& kv, const std::vector<int>& token_ids, const std::vector<int>& positions,
+                const std::vector<int>& seqs, const std::vector<uint64_t>& steps, int id_slot);
+    int* counter() const { return base_ + ints_ - 1; }   // the decode steps fetched, past every layout
 
     int stride_ = 0;
     size_t ints_ = 0;
     int* base_ = nullptr;             // the device block
-    int* host_[2] = {};               // its pinned mirrors, used in turn
+    int* host_[2] = {};               // upload's pinned mirrors, used in turn
     cudaEvent_t copied_[2] = {};      // recorded after each mirror's latest copy
     int turn_ = 0;                    // the mirror the next upload fills
+    int* staged_[2] = {};             // stage()'s pinned, mapped buffers
+    int* staged_dev_[2] = {};         //   as the GPU addresses them
 };
 
 }  // namespace olmo
