@@ -243,8 +243,8 @@ std::vector<float> Engine::forward(const std::vector<int>& ids) {
     return prefill(seq0_, ids);
 }
 
-int Engine::forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step) {
-    if (ids.size() == 1 && n_past() > 0 && !hook) return decode_sample({seq0_}, ids, {s}, {step})[0];
+int Engine::forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step, bool ahead) {
+    if (ids.size() == 1 && n_past() > 0 && !hook) return decode_sample({seq0_}, ids, {s}, {step}, nullptr, ahead)[0];
     return prefill_sample(seq0_, ids, s, step);
 }
 

@@ -106,7 +106,8 @@ public:
     void reset();                                           // frees every sequence
     int n_past() const { return kv_->alive(seq0_) ? kv_->len(seq0_) : 0; }
     std::vector<float> forward(const std::vector<int>& ids);             // prefill, or decode for one id
-    int forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step);
+    // ahead: a decode step also starts the next one, as decode_sample's `ahead` does.
+    int forward_sample(const std::vector<int>& ids, const SamplingParams& s, uint64_t step, bool ahead = false);
 
     // Runs a request shaped like `w` on scratch sequences and frees them, so the first real
     // request pays no set-up. The CPU engine has none to pay and does nothing.

@@ -6,7 +6,7 @@
 // when it is dropped) with steps queued as a GPU's would be; its tokens depend on the position,
 // the draw counter and the token fed, so a step run at the wrong place gives other ids. On the
 // GPU, the CUDA engine's ids equal those of the same engine without pipelining: greedy and
-// sampled, one request and batches whose requests end at different steps.
+// sampled, one request and batches whose requests end at different steps, and the chat's loop.
 #include <deque>
 
 #include "decoding.h"
@@ -220,6 +220,23 @@ TEST(Pipelined, StepAheadIsTakenOrDropped) {
     EXPECT_EQ(e.dropped, 3);
 }
 
+// The default sequence's loop (forward_sample, as the chat runs it), pipelined: the same ids.
+std::vector<int> forward_loop(Engine& e, const SamplingParams& s, bool ahead) {
+    e.reset();
+    std::vector<int> out{e.forward_sample({3, 1, 4, 1, 5}, s, 0)};
+    for (int k = 1; k < 20; k++) out.push_back(e.forward_sample({out.back()}, s, k, ahead && k + 1 < 20));
+    return out;
+}
+
+TEST(Pipelined, ForwardSampleLoopEqualsStepByStep) {
+    FormulaEngine e(64, 0);
+    const std::vector<int> want = forward_loop(e, {}, false);
+    EXPECT_EQ(e.started, 0);
+    EXPECT_EQ(forward_loop(e, {}, true), want);
+    EXPECT_EQ(e.started, 19);   // the first decode step and 18 started ahead
+    EXPECT_EQ(e.dropped, 0);
+}
+
 // The engine never starts a step past the context or the pool.
 TEST(Pipelined, NoStepAheadWithoutRoom) {
     FormulaEngine e(8, 0);
@@ -262,6 +279,7 @@ TEST(Pipelined, GpuEqualsStepByStep) {
             EXPECT_EQ(generate(*eng, reqs, eos, nullptr, true), want) << name;
             EXPECT_EQ(generate(*eng, {reqs[0]}, {}, nullptr, true)[0], free_run[0]) << name;
             EXPECT_TRUE(all_free(*eng));
+            EXPECT_EQ(forward_loop(*eng, reqs[0].sampling, true), forward_loop(*eng, reqs[0].sampling, false)) << name;
         }
     }
 }
