@@ -211,7 +211,7 @@ std::string ChatSession::generate_reply(std::FILE* out) {
     const std::vector<int>& stops = s_.stop_ids;
     const int limit = std::min(s_.max_new_tokens, room);
     for (int step = 0; step < limit; step++) {   // pipelined: the step after this one starts before its id is read
-        const int id = eng_.forward_sample(feed, s_.sampling, step, step + 1 < limit);
+        const int id = eng_.forward_sample(feed, s_.sampling, step, s_.pipelined && step + 1 < limit);
         cached_.insert(cached_.end(), feed.begin(), feed.end());
         if (std::find(stops.begin(), stops.end(), id) != stops.end()) break;
         generated.push_back(id);

@@ -66,6 +66,7 @@ struct ChatSettings {
     int max_new_tokens = 128;     // per reply
     bool verbose_prompt = false;
     std::vector<int> stop_ids;    // chat_stop_ids
+    bool pipelined = true;        // each decode step started before the one ahead's id is read (--no-pipeline)
 };
 
 // A conversation on the engine's default sequence. Each reply renders the whole conversation

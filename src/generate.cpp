@@ -252,7 +252,7 @@ void generate_batch(const Job& j, Progress& pr) {
 // interactive conversation on stdin.
 void run_chat(const Options& o, const ChatTemplate& t, const ModelConfig& cfg, const Tokenizer& tok, Engine& eng,
               const SamplingParams& sp, int n_new) {
-    ChatSession chat(eng, tok, t, {o.system, sp, n_new, o.verbose_prompt, chat_stop_ids(t, tok, cfg.eos_ids)});
+    ChatSession chat(eng, tok, t, {o.system, sp, n_new, o.verbose_prompt, chat_stop_ids(t, tok, cfg.eos_ids), !o.no_pipeline});
     for (const std::string& p : o.prompts) chat.reply(p, stdout);
     if (!o.prompts.empty()) return;
     const bool terminal = isatty(0) && isatty(1);
