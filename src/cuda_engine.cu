@@ -16,8 +16,9 @@
 // included); activations for one prefill chunk in a second; the paged KV pools (kv_cache.h) in
 // a third. Nothing is allocated after construction, so a decode step over B
 // sequences is captured once as a CUDA graph and replayed (decode_graphs.h): its inputs (token
-// ids, positions, block tables: step_meta.h) live in device memory, refreshed by one copy
-// before each replay.
+// ids, positions, block tables: step_meta.h) live in device memory, fetched from pinned host
+// memory by the graph's first kernel; its drawn ids go back the same way, and the next step is
+// launched before they are read (pipelined decode: Engine::decode_sample).
 //
 // Several GPUs (--tp): each runs this engine on its shard of the model (tensor_parallel.h) with
 // NCCL all-reduces where the shards' partial sums meet (all_reduce), and rank 0 gathers the

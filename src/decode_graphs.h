@@ -1,9 +1,11 @@
 // decode_graphs.h: the CUDA engine's decode steps as CUDA graphs (cuda_engine.cu). A decode
 // step's launches are captured once as a graph and replayed with one launch. Its inputs live in
-// device memory (step_meta.h), refreshed before each replay, but the sampling settings are
-// kernel arguments, baked into the graph: so there is one graph per (batch size, sampling
-// settings, where the token ids come from: the upload, or fed by the step before on the device). The cache keeps the kMaxGraphs most recently used graphs (a long batched run
-// shrinks its batch step by step; settings change between requests) and destroys the rest.
+// device memory (step_meta.h), fetched anew by the graph's first kernel, but the sampling
+// settings are kernel arguments, baked into the graph: so there is one graph per (batch size,
+// sampling settings, where the token ids come from: the metadata, or the step before on the
+// device).
+// The cache keeps the kMaxGraphs most recently used graphs (a long batched run shrinks its batch
+// step by step; settings change between requests) and destroys the rest.
 #pragma once
 #include <cuda_runtime.h>
 
