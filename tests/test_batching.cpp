@@ -35,6 +35,24 @@ TEST(KvCache, BlocksForksCopyOnWriteAndRelease) {
     EXPECT_EQ(kv.free_blocks(0), 8);
 }
 
+// blocks_to_reserve counts what reserve takes: new blocks, plus one for a shared block that the
+// first write copies; 0 for a kind the pool does not have.
+TEST(KvCache, BlocksToReserveCountsWhatReserveTakes) {
+    KvCache kv({16, 0}, 4, 0);
+    const int a = kv.new_sequence();
+    EXPECT_EQ(kv.blocks_to_reserve(a, 6, 0), 2);
+    EXPECT_EQ(kv.blocks_to_reserve(a, 6, 1), 0);
+    kv.reserve(a, 6);
+    kv.commit(a, 6);
+    EXPECT_EQ(kv.blocks_to_reserve(a, 2, 0), 0);   // positions 6, 7: block 1 has room
+    EXPECT_EQ(kv.blocks_to_reserve(a, 3, 0), 1);   // position 8 opens block 2
+    const int b = kv.fork(a);
+    EXPECT_EQ(kv.blocks_to_reserve(b, 1, 0), 1);   // block 1 is shared: copied on write
+    const int before = kv.free_blocks(0);
+    kv.reserve(b, 3);
+    EXPECT_EQ(before - kv.free_blocks(0), 2);
+}
+
 // A fresh pool, and a pool whose sequences were freed, deal a new sequence consecutive blocks in
 // counting order (the Hopper prefill then copies whole tiles of pages at once).
 TEST(KvCache, NewSequencesGetBlocksInCountingOrder) {
