@@ -187,7 +187,7 @@ void Engine::start_ahead(const std::vector<int>& seqs, const int* ids, const std
 
 std::vector<int> Engine::find_ahead(const std::vector<int>& seqs, const std::vector<int>& ids,
                                     const std::vector<SamplingParams>& s, const std::vector<uint64_t>& steps) const {
-    if (!ahead_) return {};
+    if (!ahead_ || ahead_->ids.size() != ahead_->seqs.size()) return {};   // (ids: set once the step before ended)
     std::vector<int> at;
     for (size_t b = 0; b < seqs.size(); b++) {
         const size_t j = std::find(ahead_->seqs.begin(), ahead_->seqs.end(), seqs[b]) - ahead_->seqs.begin();
