@@ -7,7 +7,8 @@
 //   time and bytes/time. "chained": 16 launches of fp8_gemv back to back (different weights, as
 //   the layers of a decode step follow each other) captured in a CUDA graph as the engine's
 //   decode step is, time per launch: neither the host's launch cost nor a gap between kernels
-//   is in it. On gate|up, also the decode MLP's first half chained: fp8_gemv + swiglu against
+//   is in it. fp8_gemv reads fp16 tokens, as in the engine (CudaEngine::A); "bf16 in" is the
+//   same product reading bf16 tokens (chained), for comparison. On gate|up, also the decode MLP's first half chained: fp8_gemv + swiglu against
 //   fp8_gemv_swiglu (SwiGLU in the product's epilogue). "copy" is cudaMemcpy device to device
 //   of the FP8 bytes: read + write, counted once, so its figure is half the traffic it makes;
 //   the roofline we quote is 4.25 TB/s.
@@ -29,12 +30,13 @@
 
 using namespace olmo;
 using bf16 = __nv_bfloat16;
+using In = __half;   // what the FP8 engine's products read (CudaEngine::A in src/cuda_engine.cu)
 
 namespace {
 
-__global__ void fill(bf16* x, size_t n, uint64_t seed) {
+template <typename T> __global__ void fill(T* x, size_t n, uint64_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        x[i] = __float2bfloat16_rn(((splitmix64(seed * kGolden64 + i) >> 40) * (1.0f / 16777216.0f) - 0.5f) * 0.1f);
+        x[i] = from_float<T>(((splitmix64(seed * kGolden64 + i) >> 40) * (1.0f / 16777216.0f) - 0.5f) * 0.1f);
 }
 
 // Median time of f(i), or with `chain` > 1 of a CUDA graph of f(0) .. f(chain - 1) divided by chain.
@@ -119,17 +121,20 @@ int main(int argc, char** argv) {
     const Shape shapes[] = {{"q|k|v", 3 * H, H}, {"o", H, H}, {"gate|up", 2 * I, H}, {"down", H, I}, {"lm head", 100352, H}};
     cublasHandle_t h;
     cublasCheck(cublasCreate(&h));
-    std::printf("%-8s %6s %6s %4s | %9s %8s | %12s | %9s %8s | %8s\n", "matrix", "N", "K", "rows", "fp8 us", "GB/s",
-                "chained GB/s", "bf16 us", "GB/s", "speedup");
+    std::printf("%-8s %6s %6s %4s | %9s %8s | %12s | %14s | %9s %8s | %8s\n", "matrix", "N", "K", "rows", "fp8 us",
+                "GB/s", "chained GB/s", "bf16 in, GB/s", "bf16 us", "GB/s", "speedup");
     for (const Shape& s : shapes) {
         const int copies = std::max<int>(2, (int)(200e6 / ((double)s.N * s.K)) + 1);   // > 2x the L2 in FP8
         std::vector<Fp8Matrix> w(copies);
         std::vector<bf16*> wb(copies);
-        bf16* x;
+        bf16* x;   // 16 tokens, for cuBLAS (and fp8_gemv's "bf16 in")
+        In* xh;    // the same values, for fp8_gemv
         float* y;
         cudaCheck(cudaMalloc(&x, 16 * (size_t)s.K * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&xh, 16 * (size_t)s.K * sizeof(In)));
         cudaCheck(cudaMalloc(&y, 16 * (size_t)s.N * sizeof(float)));
         fill<<<1024, 256>>>(x, 16 * (size_t)s.K, 99);
+        fill<<<1024, 256>>>(xh, 16 * (size_t)s.K, 99);
         for (int c = 0; c < copies; c++) {
             const int ld = fp8_padded_cols(s.K), N16 = fp8_padded_rows(s.N);
             cudaCheck(cudaMalloc(&wb[c], (size_t)s.N * s.K * sizeof(bf16)));
@@ -143,8 +148,9 @@ int main(int argc, char** argv) {
         cudaCheck(cudaDeviceSynchronize());
         const double fp8_bytes = (double)fp8_padded_rows(s.N) * fp8_padded_cols(s.K), bf16_bytes = 2.0 * s.N * s.K;
         for (int rows : {1, 2, 4, 8, 16}) {
-            auto run = [&](int i, cudaStream_t st) { fp8_gemv(y, x, w[i % copies], rows, st); };
+            auto run = [&](int i, cudaStream_t st) { fp8_gemv(y, xh, w[i % copies], rows, st); };
             const float t8 = median_ms(run), chained = median_ms(run, 16);
+            const float chained_bf16 = median_ms([&](int i, cudaStream_t st) { fp8_gemv(y, x, w[i % copies], rows, st); }, 16);
             const float one = 1.0f, zero = 0.0f;
             const float tb = median_ms([&](int i, cudaStream_t st) {
                 cublasCheck(cublasSetStream(h, st));
@@ -152,40 +158,40 @@ int main(int argc, char** argv) {
                                          s.K, x, CUDA_R_16BF, s.K, &zero, y, CUDA_R_32F, s.N, CUBLAS_COMPUTE_32F,
                                          CUBLAS_GEMM_DEFAULT));
             });
-            std::printf("%-8s %6d %6d %4d | %9.1f %8.0f | %12.0f | %9.1f %8.0f | %7.2fx\n", s.name, s.N, s.K, rows,
-                        t8 * 1e3, fp8_bytes / t8 / 1e6, fp8_bytes / chained / 1e6, tb * 1e3, bf16_bytes / tb / 1e6,
-                        tb / t8);
+            std::printf("%-8s %6d %6d %4d | %9.1f %8.0f | %12.0f | %14.0f | %9.1f %8.0f | %7.2fx\n", s.name, s.N, s.K,
+                        rows, t8 * 1e3, fp8_bytes / t8 / 1e6, fp8_bytes / chained / 1e6, fp8_bytes / chained_bf16 / 1e6,
+                        tb * 1e3, bf16_bytes / tb / 1e6, tb / t8);
         }
         const float tc = median_ms([&](int i, cudaStream_t st) {
             const size_t n = (size_t)fp8_bytes;
             cudaCheck(cudaMemcpyAsync(w[(i + 1) % copies].q, w[i % copies].q, n, cudaMemcpyDeviceToDevice, st));
         });
         for (int warps : {1, 2, 4, 8, 12, 16}) {   // the automatic choice against each fixed one, 1 token
-            const float t = median_ms([&](int i, cudaStream_t st) { fp8_gemv(y, x, w[i % copies], 1, st, warps); });
+            const float t = median_ms([&](int i, cudaStream_t st) { fp8_gemv(y, xh, w[i % copies], 1, st, warps); });
             std::printf("%-8s rows 1, %2d warps per block%s: %.1f us, %.0f GB/s\n", s.name, warps,
-                        warps == fp8_gemv_shape<bf16, 1, kFp8GemvDepth>(w[0]).warps ? " (auto)" : "", t * 1e3,
+                        warps == fp8_gemv_shape<In, 1, kFp8GemvDepth>(w[0]).warps ? " (auto)" : "", t * 1e3,
                         fp8_bytes / t / 1e6);
         }
         for (int depth : {2, 3, 4}) {   // slots in each warp's ring (kFp8GemvDepth), 1 token, automatic shape
             auto run = [&](int i, cudaStream_t st) {
                 const Fp8Matrix& W = w[i % copies];
-                if (depth == 2) fp8_gemv_launch<bf16, 1, 2>(y, nullptr, x, W, 1, st, 0);
-                else if (depth == 3) fp8_gemv_launch<bf16, 1, 3>(y, nullptr, x, W, 1, st, 0);
-                else fp8_gemv_launch<bf16, 1, 4>(y, nullptr, x, W, 1, st, 0);
+                if (depth == 2) fp8_gemv_launch<In, 1, 2>(y, nullptr, xh, W, 1, st, 0);
+                else if (depth == 3) fp8_gemv_launch<In, 1, 3>(y, nullptr, xh, W, 1, st, 0);
+                else fp8_gemv_launch<In, 1, 4>(y, nullptr, xh, W, 1, st, 0);
             };
             const float t = median_ms(run), chained = median_ms(run, 16);
             std::printf("%-8s rows 1, depth %2d%s: %.1f us, %.0f GB/s; chained %.0f GB/s\n", s.name, depth,
                         depth == kFp8GemvDepth ? " (engine)" : "", t * 1e3, fp8_bytes / t / 1e6, fp8_bytes / chained / 1e6);
         }
         if (std::string(s.name) == "gate|up") {   // SwiGLU in the product's epilogue, against the product + swiglu
-            bf16* a = nullptr;
-            cudaCheck(cudaMalloc(&a, 16 * (size_t)s.N / 2 * sizeof(bf16)));
+            In* a = nullptr;
+            cudaCheck(cudaMalloc(&a, 16 * (size_t)s.N / 2 * sizeof(In)));
             for (int rows : {1, 8}) {
                 const float apart = median_ms([&](int i, cudaStream_t st) {
-                    fp8_gemv(y, x, w[i % copies], rows, st);
+                    fp8_gemv(y, xh, w[i % copies], rows, st);
                     swiglu(a, y, rows, s.N / 2, st);
                 }, 16);
-                const float fused = median_ms([&](int i, cudaStream_t st) { fp8_gemv_swiglu(a, x, w[i % copies], rows, st); }, 16);
+                const float fused = median_ms([&](int i, cudaStream_t st) { fp8_gemv_swiglu(a, xh, w[i % copies], rows, st); }, 16);
                 std::printf("%-8s rows %d, chained: fp8_gemv + swiglu %.1f us, fp8_gemv_swiglu %.1f us (%.0f GB/s)\n",
                             s.name, rows, apart * 1e3, fused * 1e3, fp8_bytes / fused / 1e6);
             }
@@ -195,7 +201,7 @@ int main(int argc, char** argv) {
                     tc * 1e3, fp8_bytes / tc / 1e6, 2 * fp8_bytes / tc / 1e6);
         prefill(s.name, w[0], wb[0], h);
         for (int c = 0; c < copies; c++) cudaFree(wb[c]), cudaFree(w[c].q), cudaFree(w[c].scale);
-        cudaFree(x), cudaFree(y);
+        cudaFree(x), cudaFree(xh), cudaFree(y);
     }
     cublasDestroy(h);
 }

@@ -9,7 +9,8 @@
 // temperature keeps the order). Keys are distinct.
 //
 // argmax: the largest key, and -1 instead of an id when any logit is NaN or Inf (as sample_cpu
-// returns), which the engine reports as an error. Each thread reads 8 consecutive logits per
+// returns), which the engine reports as an error. The id goes where an IdSink says: a device
+// int, and in a decode step also the host's mapped copy (so no copy runs between two steps). Each thread reads 8 consecutive logits per
 // step (16-byte loads when the row is aligned) and the block combines its threads' keys
 // (block_reduce). On sm_90 the logits are split over a cluster of 8 blocks: after a cluster
 // barrier, block 0 reads the other blocks' results from their shared memory (distributed shared
@@ -24,6 +25,23 @@
 #include "cuda_common.cuh"
 
 namespace olmo {
+
+// Where a drawn id goes: *dev, and, when host_rows is set, also column col of row *row of
+// host_rows [2, width] (a decode step's ids in pinned, mapped host memory: cuda_engine.cu's
+// id_slots_; *row is the step's slot, in device memory). The kernel that draws stores both, so
+// the host can read the ids as soon as that kernel is done.
+struct IdSink {
+    int* dev = nullptr;
+    int* host_rows = nullptr;
+    const int* row = nullptr;
+    int width = 0, col = 0;
+    IdSink(int* d) : dev(d) {}   // a device int alone
+    IdSink(int* d, int* host, const int* r, int w, int c) : dev(d), host_rows(host), row(r), width(w), col(c) {}
+    __device__ void store(int id) const {
+        *dev = id;
+        if (host_rows) host_rows[*row * width + col] = id;
+    }
+};
 
 namespace sampling {
 
@@ -67,7 +85,7 @@ template <int N, typename T, typename F> __device__ void for_each_logit(const T*
 // BLOCKS blocks, one cluster (or one block), each over its slice of the logits: a multiple of
 // kItems, so every slice starts as aligned as the row.
 template <typename T, int N, int BLOCKS>
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(int* out_id, const T* logits, int V) {
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(IdSink out, const T* logits, int V) {
     const int slice = (V + BLOCKS * kItems - 1) / (BLOCKS * kItems) * kItems;
     const int first = min(V, (int)blockIdx.x * slice), n = min(slice, V - first);
     grid_dependency_wait();   // the output layer's logits
@@ -92,19 +110,19 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(int* out_id, con
         cluster.sync();   // no block leaves while block 0 may still read its shared memory
     }
 #endif
-    if (blockIdx.x == 0 && threadIdx.x == 0) *out_id = finite ? rank_id(best) : -1;
+    if (blockIdx.x == 0 && threadIdx.x == 0) out.store(finite ? rank_id(best) : -1);
 }
 
 }  // namespace sampling
 
-// *out_id (device) = index of the largest of logits [V]; ties go to the lowest index; -1 when
-// any logit is NaN or Inf.
-template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStream_t stream) {
+// out (a device int, or an IdSink) = index of the largest of logits [V]; ties go to the lowest
+// index; -1 when any logit is NaN or Inf.
+template <typename T> void argmax(IdSink out, const T* logits, int V, cudaStream_t stream) {
     using namespace sampling;
     if (V < 1) fail("argmax: empty vocabulary");
     const bool vec = aligned16(logits);
     if (!device_caps().clusters) {
-        (vec ? argmax_kernel<T, kVec<T>, 1> : argmax_kernel<T, 1, 1>)<<<1, kArgmaxThreads, 0, stream>>>(out_id, logits, V);
+        (vec ? argmax_kernel<T, kVec<T>, 1> : argmax_kernel<T, 1, 1>)<<<1, kArgmaxThreads, 0, stream>>>(out, logits, V);
         cudaCheckLaunch();
         return;
     }
@@ -114,7 +132,7 @@ template <typename T> void argmax(int* out_id, const T* logits, int V, cudaStrea
     attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[1].val.programmaticStreamSerializationAllowed = 1;
     launch_with(attrs, device_caps().pdl ? 2 : 1, vec ? argmax_kernel<T, kVec<T>, kArgmaxCluster> : argmax_kernel<T, 1, kArgmaxCluster>,
-                kArgmaxCluster, kArgmaxThreads, 0, stream, out_id, logits, V);
+                kArgmaxCluster, kArgmaxThreads, 0, stream, out, logits, V);
 }
 
 }  // namespace olmo

@@ -1,7 +1,7 @@
 // elementwise.cuh: the memory-bound ops with no reduction.
 // defines: ScaledRow, embedding, silu_times, swiglu, clip, copy_rows, convert
 //
-//   embedding  out[r, :] = table[ids[r], :]; x[r, :] = the same   one block per row, a copy in T
+//   embedding  out[r, :] = table[ids[r], :]; x[r, :] = the same   one block per row, a copy in O
 //                                                                  and one in fp32 (the residual)
 //   swiglu     out[r, i] = silu(gu[r, i]) * gu[r, I + i]          silu(g) = g / (1 + exp(-g))
 //   clip       x = clamp(x, -c, c)                                OLMo-1 clip_qkv, in place
@@ -65,35 +65,39 @@ template <typename X, bool SCALED = false> struct ScaledRow {
 
 // ---- embedding ----
 
-template <typename T, int N>
-__global__ void embedding_kernel(T* out, float* x, const T* table, const int* ids, int H) {
+template <typename O, typename T, int N>
+__global__ void embedding_kernel(O* out, float* x, const T* table, const int* ids, int H) {
     using P = Pack<T, N>;
+    using PO = Pack<O, N>;
     using PX = Pack<float, N>;
     // A step fed its ids by the step before (pipelined decode) may get a sampler's -1 (non-finite
     // logits): it reads row 0, and the engine drops that step. Host ids are checked on upload.
     const int id = max(ids[blockIdx.x], 0);
     const P* src = reinterpret_cast<const P*>(table + (int64_t)id * H);
-    P* dst = reinterpret_cast<P*>(out + (int64_t)blockIdx.x * H);
+    PO* dst = reinterpret_cast<PO*>(out + (int64_t)blockIdx.x * H);
     PX* dst_x = reinterpret_cast<PX*>(x + (int64_t)blockIdx.x * H);
     for (int i = threadIdx.x; i < H / N; i += blockDim.x) {
         const P p = src[i];
+        PO o;
         PX f;
-        for (int j = 0; j < N; j++) f.v[j] = to_float(p.v[j]);
-        dst[i] = p;
+        for (int j = 0; j < N; j++) f.v[j] = to_float(p.v[j]), o.v[j] = from_float<O>(f.v[j]);
+        dst[i] = o;
         dst_x[i] = f;
     }
 }
 
-// out [rows, H] (T) = table [V, H] rows picked by ids [rows] (device), and x [rows, H] the same
-// rows in fp32: a forward's first T input and its fp32 residual stream.
-template <typename T>
-void embedding(T* out, float* x, const T* table, const int* ids, int rows, int H, cudaStream_t stream) {
+// out [rows, H] (O: T, or another type of T's size) = table [V, H] rows picked by ids [rows]
+// (device), and x [rows, H] the same rows in fp32: a forward's first GEMM input and its fp32
+// residual stream.
+template <typename O, typename T>
+void embedding(O* out, float* x, const T* table, const int* ids, int rows, int H, cudaStream_t stream) {
+    static_assert(sizeof(O) == sizeof(T), "embedding: out's packs are as long as the table's");
     if (rows == 0) return;
     constexpr int N = kVec<T>;
     if (H % N == 0 && aligned16(out) && aligned16(table) && reinterpret_cast<uintptr_t>(x) % (N * sizeof(float)) == 0)
-        embedding_kernel<T, N><<<rows, row_threads(H / N), 0, stream>>>(out, x, table, ids, H);
+        embedding_kernel<O, T, N><<<rows, row_threads(H / N), 0, stream>>>(out, x, table, ids, H);
     else
-        embedding_kernel<T, 1><<<rows, row_threads(H), 0, stream>>>(out, x, table, ids, H);
+        embedding_kernel<O, T, 1><<<rows, row_threads(H), 0, stream>>>(out, x, table, ids, H);
     cudaCheckLaunch();
 }
 

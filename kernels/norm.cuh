@@ -7,8 +7,9 @@
 //   add_rmsnorm    x += w * (y / sqrt(mean(y²) + eps)); xb = x     OLMo-2/3 post-norm residual
 // Types: inputs x, y in T or fp32 (the engine passes the fp32 residual and fp32 GEMM outputs,
 // whose FP8 scales the add_* kernels may apply as they read: elementwise.cuh ScaledRow);
-// weights w in T; outputs xn, xb in T; add_*'s residual x is fp32; rmsnorm's out is T or fp32
-// (the QK-norm runs in place on the engine's fp32 qkv).
+// weights w in T; outputs xn, xb in T, or in another 16-bit type of their own (add_rmsnorm,
+// rmsnorm: the FP8 engine's products read fp16, cuda_engine.cu); add_*'s residual x is fp32;
+// rmsnorm's out is T or fp32 (the QK-norm runs in place on the engine's fp32 qkv).
 //
 // The residual stream x is kept in fp32 whatever the storage type T of weights and other
 // activations (as llama.cpp does): it carries the sum of every layer's output, and rounding
@@ -149,10 +150,10 @@ __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld
     }
 }
 
-// x (fp32 residual) += RMSNorm(y) * w, y in T or fp32 (ys pending); xb = x rounded to T (the
+// x (fp32 residual) += RMSNorm(y) * w, y in T or fp32 (ys pending); xb = x rounded to O (the
 // next GEMM's input).
-template <typename T, typename Y, int N, bool SCALED>
-__global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, T* xb, int H, float eps) {
+template <typename T, typename O, typename Y, int N, bool SCALED>
+__global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, O* xb, int H, float eps) {
     allow_dependent_launch();   // see the file comment
     float* x_row = x + (int64_t)blockIdx.x * H;
     prefetch_l2_block(x_row, H * (int64_t)sizeof(float));   // not written by the product ahead
@@ -160,15 +161,16 @@ __global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const 
     grid_dependency_wait();     // launched as a dependent of the product that writes y
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
+    using PO = Pack<O, N>;
     const ScaledRow<Y, SCALED> y_row(y, blockIdx.x, H, ys);
     auto apply = [&](int i, PX a, const PX& b, const P& wp, float rstd) {   // pack i: x += w · (y · rstd)
-        P o;
+        PO o;
         for (int j = 0; j < N; j++) {
             a.v[j] += to_float(wp.v[j]) * (b.v[j] * rstd);
-            o.v[j] = from_float<T>(a.v[j]);
+            o.v[j] = from_float<O>(a.v[j]);
         }
         reinterpret_cast<PX*>(x_row)[i] = a;
-        reinterpret_cast<P*>(xb + (int64_t)blockIdx.x * H)[i] = o;
+        reinterpret_cast<PO*>(xb + (int64_t)blockIdx.x * H)[i] = o;
     };
     if (H / N <= (int)blockDim.x) {   // a pack per thread (row_threads, up to 512 packs): y, x and w read once, together
         const int i = threadIdx.x;
@@ -244,18 +246,19 @@ void add_layernorm(float* x, const Y* y, T* xn, int rows, int H, float eps, cuda
 }
 
 // x [rows, H] (fp32) += RMSNorm(y [rows, H], T or fp32; ys pending as above) * w, in fp32;
-// xb [rows, H] = x rounded to T.
-template <typename T, typename Y>
-void add_rmsnorm(float* x, const Y* y, const T* w, T* xb, int rows, int H, float eps, cudaStream_t stream,
+// xb [rows, H] = x rounded to O (T, or another type of T's size).
+template <typename T, typename O, typename Y>
+void add_rmsnorm(float* x, const Y* y, const T* w, O* xb, int rows, int H, float eps, cudaStream_t stream,
                  PendingScale ys = {}) {
+    static_assert(sizeof(O) == sizeof(T), "add_rmsnorm: xb's packs are as long as w's");
     if (rows == 0) return;
     constexpr int N = kVec<T>;
     with_flag(ys.row != nullptr, [&](auto scaled) {
         constexpr bool S = decltype(scaled)::value;
         if (packable<T>(H, {x, y, w, xb}))
-            launch_dependent(add_rmsnorm_kernel<T, Y, N, S>, dim3(rows), dim3(row_threads(H / N)), 0, stream, x, y, ys, w, xb, H, eps);
+            launch_dependent(add_rmsnorm_kernel<T, O, Y, N, S>, dim3(rows), dim3(row_threads(H / N)), 0, stream, x, y, ys, w, xb, H, eps);
         else
-            launch_dependent(add_rmsnorm_kernel<T, Y, 1, S>, dim3(rows), dim3(row_threads(H)), 0, stream, x, y, ys, w, xb, H, eps);
+            launch_dependent(add_rmsnorm_kernel<T, O, Y, 1, S>, dim3(rows), dim3(row_threads(H)), 0, stream, x, y, ys, w, xb, H, eps);
     });
     cudaCheckLaunch();
 }

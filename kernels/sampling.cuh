@@ -388,9 +388,9 @@ __device__ inline u64 nucleus_target(float top_p, u64 total) {
 
 // The steps of the header by every block of `group`, each holding candidates first .. first+n-1
 // in `slice` and their largest (hi) and smallest (lo, -inf for any NaN or Inf) logit: the token
-// drawn goes to *out_id.
+// drawn goes to `out`.
 template <typename Group, typename L>
-__device__ void sample_from(Group group, Shared& sh, const L* slice, int first, int n, float hi, float lo, int* out_id,
+__device__ void sample_from(Group group, Shared& sh, const L* slice, int first, int n, float hi, float lo, IdSink out,
                             int V, const SamplingParams& p, const uint64_t* step) {
     hi = block_reduce(hi, MaxOp{}), lo = block_reduce(lo, MinOp{});
     if (threadIdx.x == 0) sh.extremes[0] = hi, sh.extremes[1] = lo;
@@ -400,7 +400,7 @@ __device__ void sample_from(Group group, Shared& sh, const L* slice, int first, 
         hi = fmaxf(hi, other[0]), lo = fminf(lo, other[1]);
     }
     if (!isfinite(hi) || !isfinite(lo)) {  // every block saw the same extremes, so all leave here
-        if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = -1;
+        if (group.block_rank() == 0 && threadIdx.x == 0) out.store(-1);
         group.sync();  // no block exits while another may still read its extremes
         return;
     }
@@ -420,14 +420,14 @@ __device__ void sample_from(Group group, Shared& sh, const L* slice, int first, 
     }
     const u64 u = uniform_u64(p.seed, *step);
     const Kept drawn = c.select(__umul64hi(u, kept.weight) + 1, true, kept);  // target floor(u * W) + 1
-    if (group.block_rank() == 0 && threadIdx.x == 0) *out_id = rank_id(drawn.cut);
+    if (group.block_rank() == 0 && threadIdx.x == 0) out.store(rank_id(drawn.cut));
     group.sync();  // no block exits while another may still read its shared memory
 }
 
 // A cluster of kCluster blocks (the launch sets the cluster shape; clusters exist from sm_90 on,
 // and sample() launches this kernel only there), each with its slice in shared memory.
 template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) sample_kernel(int* out_id, const T* logits, int V, SamplingParams p, const uint64_t* step) {
+__global__ void __launch_bounds__(kThreads) sample_kernel(IdSink out, const T* logits, int V, SamplingParams p, const uint64_t* step) {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     float* slice = reinterpret_cast<float*>(shared_bytes + sizeof(Shared));
@@ -435,13 +435,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int* out_id, const T* 
     const int first = (int)group.block_rank() * slice_size(V), n = max(0, min(slice_size(V), V - first));
     float hi, lo;
     load_slice<N>(slice, logits + min(first, V), n, hi, lo);
-    sample_from(group, *reinterpret_cast<Shared*>(shared_bytes), slice, first, n, hi, lo, out_id, V, p, step);
+    sample_from(group, *reinterpret_cast<Shared*>(shared_bytes), slice, first, n, hi, lo, out, V, p, step);
 #endif
 }
 
 // One block over all V logits, read from global memory at each pass (no clusters needed).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) sample_one_block_kernel(int* out_id, const T* logits, int V, SamplingParams p,
+__global__ void __launch_bounds__(kThreads) sample_one_block_kernel(IdSink out, const T* logits, int V, SamplingParams p,
                                                                     const uint64_t* step) {
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     float hi = -INFINITY, lo = INFINITY;
@@ -449,18 +449,18 @@ __global__ void __launch_bounds__(kThreads) sample_one_block_kernel(int* out_id,
         const float x = to_float(logits[i]);
         hi = fmaxf(hi, x), lo = isfinite(x) ? fminf(lo, x) : -INFINITY;
     }
-    sample_from(OneBlock{}, *reinterpret_cast<Shared*>(shared_bytes), logits, 0, V, hi, lo, out_id, V, p, step);
+    sample_from(OneBlock{}, *reinterpret_cast<Shared*>(shared_bytes), logits, 0, V, hi, lo, out, V, p, step);
 }
 
 }  // namespace sampling
 
-// *out_id (device) = a token drawn from softmax(logits [V] / temperature) restricted by top-k,
+// out (a device int, or an IdSink) = a token drawn from softmax(logits [V] / temperature) restricted by top-k,
 // top-p and min-p (p.repetition_penalty is not applied here: see sampler.h); the random number
 // is a function of (p.seed, *step) (step: device pointer, all 64 bits used, as sample_cpu's);
 // -1 when any logit is NaN or Inf.
 // p must not be greedy() (greedy decoding is argmax).
 template <typename T>
-void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const uint64_t* step, cudaStream_t stream) {
+void sample(IdSink out, const T* logits, int V, const SamplingParams& p, const uint64_t* step, cudaStream_t stream) {
     using namespace sampling;
     if (V < 1 || V >= kMaxVocab) fail("sample: vocabulary size " + std::to_string(V) + " outside [1, 2^18)");
     if (p.greedy() || !std::isfinite(p.temperature))
@@ -478,10 +478,10 @@ void sample(int* out_id, const T* logits, int V, const SamplingParams& p, const 
         cluster.id = cudaLaunchAttributeClusterDimension;
         cluster.val.clusterDim = {kCluster, 1, 1};
         launch_with(&cluster, 1, aligned16(logits) ? sample_kernel<T, kVec<T>> : sample_kernel<T, 1>, kCluster, kThreads,
-                    bytes, stream, out_id, logits, V, p, step);
+                    bytes, stream, out, logits, V, p, step);
     } else {
         allow_smem<sample_one_block_kernel<T>>((int)sizeof(Shared));
-        sample_one_block_kernel<T><<<1, kThreads, sizeof(Shared), stream>>>(out_id, logits, V, p, step);
+        sample_one_block_kernel<T><<<1, kThreads, sizeof(Shared), stream>>>(out, logits, V, p, step);
         cudaCheckLaunch();
     }
 }

@@ -10,7 +10,8 @@
 //   range is too small for the products) and for FP8 (its products carry scales still to be
 //   applied, fp8_gemm.h). The o and down products, which join the residual stream x, stay
 //   fp32 (in bf16 as well they cost a golden bar: docs/architecture.md); x stays in fp32
-//   (norm.cuh says why), and so do the logits.
+//   (norm.cuh says why), and so do the logits. A is the type the norms and SwiGLU hand the
+//   linear layers (xn_, a_): T, except in the FP8 engine, where it is fp16 (CudaEngine::A).
 //
 // Memory: the weights live in one allocation (cuda_weights.cuh: their layout and loading, FP8
 // included); activations for one prefill chunk in a second; the paged KV pools (kv_cache.h) in
@@ -109,6 +110,14 @@ class CudaEngine : public Engine {
     friend class TpEngine<T, G>;
     friend class CpEngine<T, G>;
     friend class MultiGpuEngine<T, G>;
+    // The linear layers' input xn_ (the residual, or LN(x)) and a_ (SwiGLU's output): T, but
+    // fp16 in the FP8 engine (bf16 storage with fp32 products: no other engine has those types).
+    // There every decode product widens its E4M3 weights to the input's type, and to fp16 that
+    // is one instruction per pair where bf16 takes four: decode is 2-3% faster (docs/fp8.md,
+    // "Session 33"), and fp16 holds these values more precisely than bf16 up to 65504, past
+    // which they overflow and the logits come out non-finite (a clear error, as with --dtype
+    // fp16). The embedding and norm weights, the residual stream, q and the KV cache keep T.
+    using A = std::conditional_t<std::is_same_v<T, __nv_bfloat16> && std::is_same_v<G, float>, __half, T>;
 public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
     // max_chunk: the most rows a prefill runs at once (0: choose_chunk).
@@ -255,9 +264,7 @@ protected:
         graphs_.launch(B, draws, fed, stream_, [&] {
             meta_.fetch_staged(B, stream_);
             forward_rows(B, B, /*prefill=*/false, Out::Logits, fed ? next_ids_ : meta_.ids);
-            draw(draws);
-            if (!draws.empty())   // the kernel's own stores cross to the host: no copy between steps
-                copy_rows(id_slots_dev_, next_ids_, meta_.slot, nullptr, 1, B, stream_);
+            draw(draws, /*to_host=*/true);
         });
         return slot;
     }
@@ -341,13 +348,13 @@ private:
         Arena& b = buffers_;
         for (auto& L : layers_) L.inv_freq = b.take<float>(hd2);
         x_ = b.take<float>(C * H);          // residual stream   [C, H] fp32
-        xn_ = b.take<T>(C * H);             // next GEMM's input [C, H]: LN(x) (OLMo-1) or x in T
+        xn_ = b.take<A>(C * H);             // next GEMM's input [C, H]: LN(x) (OLMo-1) or x in A
         qkv_ = b.take<G>(C * (Q + 2 * KV));  // fused projection [C, Q+2KV] G
         q_ = b.take<T>(C * Q);              // roped queries     [C, Q]
         att_ = b.take<T>(C * Q);            // attention output  [C, Q]
         o_ = b.take<float>(C * H);          // o_proj / MLP out  [C, H] fp32
         gu_ = b.take<G>(C * 2 * I);         // gate | up         [C, 2I] G
-        a_ = b.take<T>(C * I);              // swiglu            [C, I]
+        a_ = b.take<A>(C * I);              // swiglu            [C, I] A
         if (w_.fp8()) {                     // a GEMM's input in FP8, one scale per row
             const size_t rows = std::max(chunk_, max_batch_), K = fp8_padded_cols((int)std::max({H, Q, I}));
             x8_ = b.take<uint8_t>(rows * K);
@@ -393,10 +400,12 @@ private:
     // returned, for the kernel that reads y to apply, which must run before the next linear()
     // overwrites x8_scale_. With a tensor hook (it reads y as it is) they are applied here;
     // linear_final always applies them.
-    template <typename Y>
-    PendingScale linear(Y* y, const T* x, const Weight<T>& W, int rows) {
+    // x is T or A (the attention's output is T, xn_ and a_ are A).
+    template <typename Y, typename X>
+    PendingScale linear(Y* y, const X* x, const Weight<T>& W, int rows) {
         if (!W.f8.q) {
-            gemm(y, x, W.w, rows, W.K, W.N);
+            if constexpr (std::is_same_v<X, T>) gemm(y, x, W.w, rows, W.K, W.N);
+            else fail("linear: a 16-bit weight needs its input in its own type");
             return {};
         }
         if constexpr (std::is_same_v<T, float> || !std::is_same_v<Y, float>) {
@@ -412,7 +421,8 @@ private:
         }
         return {};
     }
-    void linear_final(float* y, const T* x, const Weight<T>& W, int rows) {
+    template <typename X>
+    void linear_final(float* y, const X* x, const Weight<T>& W, int rows) {
         PendingScale s = linear(y, x, W, rows);
         settle(y, s, rows, W.N);
     }
@@ -425,10 +435,10 @@ private:
         s = {};
     }
 
-    // a [rows, I] (T) = silu(gate) · up of x · Wᵀ, W [2I, K] the fused gate | up weight. FP8
+    // a [rows, I] (A) = silu(gate) · up of x · Wᵀ, W [2I, K] the fused gate | up weight. FP8
     // weights and a few rows (decode): one kernel, SwiGLU in the product's epilogue; else the
     // product into gu_ [rows, 2I], then swiglu.
-    void gate_up_swiglu(T* a, const T* x, const Weight<T>& W, int rows) {
+    void gate_up_swiglu(A* a, const A* x, const Weight<T>& W, int rows) {
         if constexpr (!std::is_same_v<T, float>)
             if (W.f8.q && rows <= kFp8GemvMaxRows) return fp8_gemv_swiglu(a, x, W.f8, rows, stream_);
         const PendingScale s = linear(gu_, x, W, rows);
@@ -488,7 +498,7 @@ private:
     // x += RMSNorm(y) · w, xn = x in T (OLMo-1: x += y, xn = LayerNorm(x)). Tensor parallel: y
     // is a partial sum on each rank, so its scales are applied (they differ between ranks) and
     // it is summed over the ranks first.
-    void residual(float* x, float* y, PendingScale s, const T* w, T* xn, int m) {
+    void residual(float* x, float* y, PendingScale s, const T* w, A* xn, int m) {
         const int H = c_.hidden;
         const float eps = c_.norm_eps;
         if (tp_.ranks > 1) {
@@ -512,9 +522,9 @@ private:
     // One layer's four products over `rows` rows of zeros (nothing reads their results).
     void rehearse_products(int rows) {
         const LayerWeights<T>& W = w_.layers[0];
-        cudaCheck(cudaMemsetAsync(xn_, 0, sizeof(T) * rows * c_.hidden, stream_));
+        cudaCheck(cudaMemsetAsync(xn_, 0, sizeof(A) * rows * c_.hidden, stream_));
         cudaCheck(cudaMemsetAsync(att_, 0, sizeof(T) * rows * c_.q_dim(), stream_));
-        cudaCheck(cudaMemsetAsync(a_, 0, sizeof(T) * rows * c_.intermediate, stream_));
+        cudaCheck(cudaMemsetAsync(a_, 0, sizeof(A) * rows * c_.intermediate, stream_));
         linear(qkv_, xn_, W.wqkv, rows);
         linear(o_, att_, W.wo, rows);
         linear(gu_, xn_, W.wgu, rows);
@@ -565,12 +575,14 @@ private:
     }
 
     // After the forward: logits_ [B, V] hold each sequence's last-token logits; next_ids_[b]
-    // gets a token drawn with s[b].
-    void draw(const std::vector<SamplingParams>& s) {
-        const int V = c_.vocab;
-        for (int b = 0; b < (int)s.size(); b++) {
-            if (s[b].greedy()) argmax(next_ids_ + b, logits_ + (size_t)b * V, V, stream_);
-            else olmo::sample(next_ids_ + b, logits_ + (size_t)b * V, V, s[b], meta_.step + b, stream_);
+    // gets a token drawn with s[b], and with to_host (a decode step) also id_slots_[slot, b]:
+    // the drawing kernel's own stores cross to the host, so no copy runs between two steps.
+    void draw(const std::vector<SamplingParams>& s, bool to_host = false) {
+        const int V = c_.vocab, B = (int)s.size();
+        for (int b = 0; b < B; b++) {
+            const IdSink out = to_host ? IdSink(next_ids_ + b, id_slots_dev_, meta_.slot, B, b) : IdSink(next_ids_ + b);
+            if (s[b].greedy()) argmax(out, logits_ + (size_t)b * V, V, stream_);
+            else olmo::sample(out, logits_ + (size_t)b * V, V, s[b], meta_.step + b, stream_);
         }
     }
 
@@ -596,7 +608,7 @@ private:
         const bool olmo1 = c_.family == Family::Olmo1;
         const float eps = c_.norm_eps;
 
-        embedding(xn_, x_, w_.embed, ids ? ids : meta_.ids, n, H, stream_);       // [n, H] in T, and in fp32: the residual
+        embedding(xn_, x_, w_.embed, ids ? ids : meta_.ids, n, H, stream_);       // [n, H] in A, and in fp32: the residual
         emit("embed", x_, n, H, H);
         if (olmo1) layernorm(xn_, x_, n, H, eps, stream_);
         for (int l = 0; l < c_.n_layers; l++) {
@@ -626,7 +638,7 @@ private:
             attend(L, r0, m, batch, prefill, prune);                             // att_ rows r0 .. n-1
             emit(name + "attn", att_, n, Q, Q);
             float *x = x_ + r0 * H, *o = o_ + r0 * H;
-            T *xn = xn_ + r0 * H, *a = a_ + r0 * c_.intermediate;
+            A *xn = xn_ + r0 * H, *a = a_ + r0 * c_.intermediate;
             residual(x, o, linear(o, att_ + r0 * Q, W.wo, m), W.attn_norm, xn, m);   // x += RMSNorm(o); xn = x
             emit(name + "o_proj", o_, n, H, H);                                  //  (OLMo-1: x += o; xn = LN(x))
             emit(name + "resid_attn", x_, n, H, H);
@@ -714,7 +726,7 @@ private:
     // parallel: each rank makes those of its vocabulary rows (GpuWeights::vocab), [rows, V_r],
     // into part at rows · first_r; the others send theirs to rank 0, which copies each block into
     // its columns of y. One row: part is y itself (the blocks are y's columns already).
-    void logits(float* y, const T* x, int rows, float* part) {
+    void logits(float* y, const A* x, int rows, float* part) {
         if (tp_.ranks == 1) return linear_final(y, x, w_.lm_head, rows);
         auto vocab = [&](int r) { return tp_vocab(tp_.full, r, tp_.ranks); };
         if (rows == 1) part = y;
@@ -755,7 +767,8 @@ private:
     std::vector<LayerCache<T>> layers_;
     float *x_, *o_;
     G *qkv_, *gu_;
-    T *xn_, *q_, *att_, *a_;
+    A *xn_, *a_;
+    T *q_, *att_;
     uint8_t* x8_ = nullptr;               // FP8 GEMM input [max(chunk, batch), ld] E4M3
     float* x8_scale_ = nullptr;           // its scale per row
     float* logits_;

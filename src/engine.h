@@ -197,7 +197,8 @@ std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& c, const Checkpoint& 
                                         LoadProgress* progress = nullptr, int tp_ranks = 1, int cp_ranks = 1,
                                         KvDType kv = KvDType::Same);
 
-// FP8: bf16 activations and KV cache, the linear layers' weights in FP8 E4M3 (fp8.h).
+// FP8: bf16 activations and KV cache, the linear layers' weights in FP8 E4M3 (fp8.h), their
+// inputs in fp16 (cuda_engine.cu, CudaEngine::A).
 enum class DeviceDType { BF16, F16, F32, FP8 };
 bool cuda_available();   // false when built without CUDA or no GPU is present
 // Why the CUDA engine cannot run this model's shape (e.g. its head size), or "" when it can.

@@ -76,8 +76,8 @@ void add_engine_and_beam_flags(CLI::App& app, Options& o) {
                    "(default auto)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--dtype", o.dtype, "GPU storage dtype of weights and activations: bf16, fp16, fp32, or fp8 "
-                   "(bf16 with the linear layers' weights in FP8 E4M3: half the bytes, faster decode, a little "
-                   "quality, see ./perplexity; sm_89+) (default bf16, or fp8 for a checkpoint stored in FP8; the CPU always "
+                   "(bf16 with the linear layers' weights in FP8 E4M3 and their inputs in fp16: half the bytes, faster "
+                   "decode, a little quality, see ./perplexity; sm_89+) (default bf16, or fp8 for a checkpoint stored in FP8; the CPU always "
                    "computes in fp32, and other dtypes dequantize an FP8 checkpoint at load)")
         ->check(CLI::IsMember({"bf16", "fp16", "fp32", "fp8"}));
     app.add_option("--kv-dtype", o.kv_dtype, kKvDtypeHelp)->check(CLI::IsMember({"auto", "fp8"}));

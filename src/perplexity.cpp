@@ -53,7 +53,7 @@ bool parse_flags(int argc, char** argv, Options& o) {
     app.add_option("--device", o.device, "auto (CUDA when a GPU is present and runs the model's shape), cpu, or "
                    "cuda (alias gpu) (default auto)")->check(CLI::IsMember({"auto", "cpu", "cuda", "gpu"}));
     app.add_option("--dtype", o.dtype, "GPU storage dtype of weights and activations: bf16, fp16, fp32 or fp8 (bf16 "
-                   "with FP8 E4M3 linear-layer weights, to judge what they cost) (default bf16; the CPU always "
+                   "with FP8 E4M3 linear-layer weights and fp16 inputs, to judge what they cost) (default bf16; the CPU always "
                    "computes in fp32). Logits and their log-softmax are fp32 in every case")
         ->check(CLI::IsMember({"bf16", "fp16", "fp32", "fp8"}));
     app.add_option("--kv-dtype", o.kv_dtype, kKvDtypeHelp)->check(CLI::IsMember({"auto", "fp8"}));

@@ -291,6 +291,67 @@ TYPED_TEST(Kernels, NormsOfFp32Input) {
     }
 }
 
+// The FP8 engine hands its linear layers fp16 while its weights stay bf16 (CudaEngine::A): the
+// embedding, add_rmsnorm and the final rmsnorm write fp16 from bf16 weights. Each output is
+// the fp16 rounding of the fp32 value (exactly: the embedding's bf16 rows, add_rmsnorm's own
+// fp32 residual), and a value past fp16's range comes out infinite, which the engine reports
+// as non-finite logits.
+TEST(KernelsMixed, Fp16OutputsFromBf16Weights) {
+    SKIP_WITHOUT_GPU();
+    using T = __nv_bfloat16;
+    using O = __half;
+    std::mt19937 rng{20261129};
+    const int V = 37;
+    for (int H : {72, 100, 4096})
+        for (int rows : {1, 5}) {
+            const std::string shape = fmt(" H=%d rows=%d", H, rows);
+            const size_t n = (size_t)rows * H;
+            // embedding
+            const std::vector<float> table = rounded<T>(randn((size_t)V * H, rng));
+            std::vector<int> ids(rows);
+            for (int r = 0; r < rows; r++) ids[r] = (r * 7 + 3) % V;
+            DeviceArray<T> d_table(to_dtype<T>(table));
+            DeviceArray<O> d_out(n);
+            DeviceArray<float> d_res(n);
+            DeviceArray<int> d_ids(ids);
+            embedding(d_out.get(), d_res.get(), d_table.get(), d_ids.get(), rows, H, 0);
+            std::vector<float> ref(n);
+            cpu::embedding(ref.data(), table.data(), ids.data(), rows, H);
+            expect_close(download_f32(d_out), rounded<O>(ref), kExact, "embedding to fp16" + shape);
+            expect_close(d_res.download(), ref, kExact, "embedding, fp32 copy" + shape);
+            // add_rmsnorm: xb is the fp16 rounding of the new residual
+            const std::vector<float> x = randn(n, rng, 0.0f, 2.0f), y = randn(n, rng, 0.0f, 0.5f);
+            const std::vector<float> w = rounded<T>(randn(H, rng, 1.0f, 0.3f));
+            DeviceArray<float> d_x(x), d_y(y);
+            DeviceArray<T> d_w(to_dtype<T>(w));
+            DeviceArray<O> d_xb(n), d_rms(n);
+            add_rmsnorm(d_x.get(), d_y.get(), d_w.get(), d_xb.get(), rows, H, 1e-6f, 0);
+            std::vector<float> sum(n);
+            cpu::rmsnorm(sum.data(), y.data(), w.data(), rows, H, 1e-6f);
+            for (size_t i = 0; i < n; i++) sum[i] += x[i];
+            const std::vector<float> x_gpu = d_x.download();
+            expect_close(x_gpu, sum, kFp32Tol, "add_rmsnorm x" + shape);
+            expect_close(download_f32(d_xb), rounded<O>(x_gpu), kExact, "add_rmsnorm xb to fp16" + shape);
+            // rmsnorm of the fp32 residual (the final norm)
+            rmsnorm(d_rms.get(), d_x.get(), d_w.get(), rows, H, H, H, 1e-6f, 0);
+            std::vector<float> ref_rms(n);
+            cpu::rmsnorm(ref_rms.data(), x_gpu.data(), w.data(), rows, H, 1e-6f);
+            expect_close(download_f32(d_rms), ref_rms, tolerance<O>(), "rmsnorm to fp16" + shape);
+        }
+    // Past 65504: infinite (so the logits are non-finite and the engine says so), not clamped.
+    const int H = 128;
+    std::vector<float> x(H, 70000.0f), y = randn(H, rng, 0.0f, 0.5f), w(H, 1.0f);
+    x[5] = -70000.0f, x[7] = 3.0f;
+    DeviceArray<float> d_x(x), d_y(y);
+    DeviceArray<T> d_w(to_dtype<T>(w));
+    DeviceArray<O> d_xb(H);
+    add_rmsnorm(d_x.get(), d_y.get(), d_w.get(), d_xb.get(), 1, H, 1e-6f, 0);
+    const std::vector<float> xb = download_f32(d_xb);
+    EXPECT_TRUE(std::isinf(xb[0]) && xb[0] > 0) << xb[0];
+    EXPECT_TRUE(std::isinf(xb[5]) && xb[5] < 0) << xb[5];
+    EXPECT_TRUE(std::isfinite(xb[7])) << xb[7];
+}
+
 // ---- rope ----
 
 // The CPU reference of rope_qkv's first steps: each token's row of qkv [rows, Q + 2KV] split into
@@ -559,6 +620,43 @@ TYPED_TEST(Kernels, Argmax) {
                 }
         }
     }
+}
+
+// A decode step's drawing kernel also stores its id into the host's pinned, mapped rows [2, B]
+// (IdSink), at the row a device int names and column b: argmax and sample, clusters and one
+// block, finite and non-finite logits. The other entries stay as they were.
+TYPED_TEST(Kernels, DrawnIdAlsoReachesItsHostRow) {
+    using T = TypeParam;
+    const int V = 100352, B = 3, b = 2;
+    int *host = nullptr, *host_dev = nullptr;
+    cudaCheck(cudaHostAlloc(&host, sizeof(int) * 2 * B, cudaHostAllocMapped));
+    cudaCheck(cudaHostGetDevicePointer(&host_dev, host, 0));
+    std::vector<float> x = rounded<T>(randn(V, this->rng, 0.0f, 2.0f));
+    std::vector<float> bad = x;
+    bad[V / 2] = NAN;
+    const SamplingParams s{0.8f, 0, 0.95f, 3};
+    DeviceArray<uint64_t> d_step(std::vector<uint64_t>{5});
+    for (int row : {0, 1})
+        for (bool finite : {true, false})
+            for (Portable mode : {Portable::Off, Portable::Sm86}) {  // clusters on sm_90, then one block
+                PortableScope portable(mode);
+                DeviceArray<T> d_x(to_dtype<T>(finite ? x : bad));
+                DeviceArray<int> d_row(std::vector<int>{row}), d_id(1);
+                const std::string what = this->name(fmt("row %d finite %d portable %d ", row, (int)finite, (int)mode));
+                for (bool greedy : {true, false}) {
+                    std::fill(host, host + 2 * B, -7);
+                    const IdSink out(d_id.get(), host_dev, d_row.get(), B, b);
+                    if (greedy) argmax(out, d_x.get(), V, 0);
+                    else sample(out, d_x.get(), V, s, d_step.get(), 0);
+                    cudaCheck(cudaDeviceSynchronize());
+                    const int id = d_id.download()[0];
+                    const int want = !finite ? -1 : greedy ? cpu::argmax(x.data(), V) : gpu_draws(d_x.get(), V, s, 1, 5)[0];
+                    EXPECT_EQ(id, want) << what << (greedy ? "argmax" : "sample");
+                    for (int i = 0; i < 2 * B; i++)
+                        EXPECT_EQ(host[i], i == row * B + b ? id : -7) << what << (greedy ? "argmax" : "sample") << " entry " << i;
+                }
+            }
+    cudaCheck(cudaFreeHost(host));
 }
 
 // A NaN or Inf anywhere in the logits: argmax and sample write -1 instead of an id, as
