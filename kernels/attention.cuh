@@ -66,6 +66,7 @@ void check_params(const AttnParams<T, C>& p, const char* who, bool any_hd) {
     auto str = [](int x) { return std::to_string(x); };
     if constexpr (kFp8Cache<C>)
         if (p.k_scale == nullptr || p.v_scale == nullptr) fail(w + "an FP8 KV cache without its scales");
+    if (std::is_same_v<T, float> && p.out16) fail(w + "an fp16 output (out16) goes with 16-bit queries");
     if (p.nKV <= 0 || p.nH % p.nKV != 0) fail(w + "nH (" + str(p.nH) + ") is not a multiple of nKV (" + str(p.nKV) + ")");
     if (!any_hd && !attention_supports_head_dim(p.hd))
         fail(w + "head_dim " + str(p.hd) + " is not supported (" + attention_supported_head_dims() + ")");

@@ -339,11 +339,12 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
         lsum += w * part_l[j];
     }
     const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-    T* dst = p.out + (int64_t)row * p.hd + col * 4;
-    dst[0] = from_float<T>(acc.x * inv);
-    dst[1] = from_float<T>(acc.y * inv);
-    dst[2] = from_float<T>(acc.z * inv);
-    dst[3] = from_float<T>(acc.w * inv);
+    const int64_t at = (int64_t)row * p.hd + col * 4;
+    const float out[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+    for (int j = 0; j < 4; j++) {
+        if (p.out16) p.out16[at + j] = __float2half_rn(out[j]);
+        else p.out[at + j] = from_float<T>(out[j]);
+    }
 }
 
 template <int HD, int STAGES = kDecodeStages, typename C = void>

@@ -55,6 +55,9 @@ struct AttnParams {
     int batch;        // sequences (decode); 1 for prefill
     const float* k_scale = nullptr;   // C = uint8_t: the K and V pools' scales [num_blocks * nKV *
     const float* v_scale = nullptr;   //   block_size], in kv_scale_index order (fp8.h)
+    __half* out16 = nullptr;          // 16-bit T: when set, the output goes here in fp16, like out,
+                                      //   and out is not written (the FP8 engine's o product reads
+                                      //   fp16: src/cuda_engine.cu, CudaEngine::A)
 };
 
 // attention_decode reads pos0 and block_table before it waits for the kernel ahead of it in the

@@ -117,10 +117,11 @@ __device__ __forceinline__ PrefillBlock prefill_block(const AttnParams<T, C>& p,
 }
 
 // out = o / l for a warp's MT m-tiles from block row row0, with l summed over the 4 lanes that
-// share a row. Rows past map.rows and dims past hd (a padded tile) are not stored.
-template <typename T, int MT, int DT, typename C>
-__device__ __forceinline__ void store_rows(const AttnParams<T, C>& p, const RowMap& map, const float (&o)[MT][DT][4],
-                                           const float (&l)[MT][2], int row0, int lane) {
+// share a row. Rows past map.rows and dims past hd (a padded tile) are not stored. O: the
+// output's type (p.out's T, or fp16 for p.out16).
+template <typename O, int MT, int DT, typename T, typename C>
+__device__ __forceinline__ void store_rows_to(O* out, const AttnParams<T, C>& p, const RowMap& map,
+                                              const float (&o)[MT][DT][4], const float (&l)[MT][2], int row0, int lane) {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -129,13 +130,19 @@ __device__ __forceinline__ void store_rows(const AttnParams<T, C>& p, const RowM
             const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
             const int r = row0 + mt * 16 + half * 8 + lane / 4;
             if (r >= map.rows) continue;
-            T* dst = p.out + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + (lane & 3) * 2;
+            O* dst = out + ((int64_t)map.token(r) * p.nH + map.head(r)) * p.hd + (lane & 3) * 2;
 #pragma unroll
             for (int d = 0; d < DT; d++)
                 if (d * 8 < p.hd)
                     *reinterpret_cast<uint32_t*>(dst + d * 8) =
-                        pack2<T>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
+                        pack2<O>(o[mt][d][2 * half] * inv, o[mt][d][2 * half + 1] * inv);
         }
+}
+template <typename T, int MT, int DT, typename C>
+__device__ __forceinline__ void store_rows(const AttnParams<T, C>& p, const RowMap& map, const float (&o)[MT][DT][4],
+                                           const float (&l)[MT][2], int row0, int lane) {
+    if (p.out16) store_rows_to<__half, MT, DT>(p.out16, p, map, o, l, row0, lane);
+    else store_rows_to<T, MT, DT>(p.out, p, map, o, l, row0, lane);
 }
 
 template <typename T, typename C, int HD, int BN>

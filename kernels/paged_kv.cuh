@@ -193,8 +193,10 @@ AttnParams<T> dequantized_copy(const AttnParams<T, uint8_t>& p, void* workspace,
     int* table = reinterpret_cast<int*>(v + rows * row);
     dequantize_visible_kv_kernel<T><<<512, 256, 0, stream>>>(p, k, v, table);   // (grid-stride)
     cudaCheckLaunch();
-    return {p.q, k, v, p.out, p.n_q, p.pos0, p.nH, p.nKV, p.hd, p.window, p.scale, p.s_cap, table, (int)(rows / p.block_size),
-            p.block_size, 1};
+    AttnParams<T> copy = {p.q, k, v, p.out, p.n_q, p.pos0, p.nH, p.nKV, p.hd, p.window, p.scale, p.s_cap, table,
+                          (int)(rows / p.block_size), p.block_size, 1};
+    copy.out16 = p.out16;
+    return copy;
 }
 
 // Rows of a query tile are (token, head) pairs: g query heads that share KV head `kvh`, from

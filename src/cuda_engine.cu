@@ -10,8 +10,9 @@
 //   range is too small for the products) and for FP8 (its products carry scales still to be
 //   applied, fp8_gemm.h). The o and down products, which join the residual stream x, stay
 //   fp32 (in bf16 as well they cost a golden bar: docs/architecture.md); x stays in fp32
-//   (norm.cuh says why), and so do the logits. A is the type the norms and SwiGLU hand the
-//   linear layers (xn_, a_): T, except in the FP8 engine, where it is fp16 (CudaEngine::A).
+//   (norm.cuh says why), and so do the logits. A is the type the norms, the attention and
+//   SwiGLU hand the linear layers (xn_, att_, a_): T, except in the FP8 engine, where it is
+//   fp16 (CudaEngine::A).
 //
 // Memory: the weights live in one allocation (cuda_weights.cuh: their layout and loading, FP8
 // included); activations for one prefill chunk in a second; the paged KV pools (kv_cache.h) in
@@ -110,13 +111,14 @@ class CudaEngine : public Engine {
     friend class TpEngine<T, G>;
     friend class CpEngine<T, G>;
     friend class MultiGpuEngine<T, G>;
-    // The linear layers' input xn_ (the residual, or LN(x)) and a_ (SwiGLU's output): T, but
-    // fp16 in the FP8 engine (bf16 storage with fp32 products: no other engine has those types).
-    // There every decode product widens its E4M3 weights to the input's type, and to fp16 that
-    // is one instruction per pair where bf16 takes four: decode is 2-3% faster (docs/fp8.md,
-    // "Session 33"), and fp16 holds these values more precisely than bf16 up to 65504, past
-    // which they overflow and the logits come out non-finite (a clear error, as with --dtype
-    // fp16). The embedding and norm weights, the residual stream, q and the KV cache keep T.
+    // The linear layers' inputs xn_ (the residual, or LN(x)), att_ (the attention's output) and
+    // a_ (SwiGLU's output): T, but fp16 in the FP8 engine (bf16 storage with fp32 products: no
+    // other engine has those types). There every decode product widens its E4M3 weights to the
+    // input's type, and to fp16 that is one instruction per pair where bf16 takes four: decode
+    // is 2-3% faster (docs/fp8.md, "Session 33"), and fp16 holds these values more precisely
+    // than bf16 up to 65504, past which they overflow and the logits come out non-finite (a
+    // clear error, as with --dtype fp16). The embedding and norm weights, the residual stream,
+    // q and the KV cache keep T.
     using A = std::conditional_t<std::is_same_v<T, __nv_bfloat16> && std::is_same_v<G, float>, __half, T>;
 public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
@@ -351,7 +353,7 @@ private:
         xn_ = b.take<A>(C * H);             // next GEMM's input [C, H]: LN(x) (OLMo-1) or x in A
         qkv_ = b.take<G>(C * (Q + 2 * KV));  // fused projection [C, Q+2KV] G
         q_ = b.take<T>(C * Q);              // roped queries     [C, Q]
-        att_ = b.take<T>(C * Q);            // attention output  [C, Q]
+        att_ = b.take<A>(C * Q);            // attention output  [C, Q] A
         o_ = b.take<float>(C * H);          // o_proj / MLP out  [C, H] fp32
         gu_ = b.take<G>(C * 2 * I);         // gate | up         [C, 2I] G
         a_ = b.take<A>(C * I);              // swiglu            [C, I] A
@@ -484,7 +486,9 @@ private:
         for (int part = 0, r0 = 0; part < 2; r0 += count[part], part++) {
             if (count[part] == 0) continue;
             AttnParams<T> a = ap;
-            a.q = ap.q + (size_t)r0 * Q, a.out = ap.out + (size_t)r0 * Q, a.n_q = count[part], a.pos0 = cp_pos0_ + part;
+            a.q = ap.q + (size_t)r0 * Q, a.n_q = count[part], a.pos0 = cp_pos0_ + part;
+            if (ap.out16) a.out16 = ap.out16 + (size_t)r0 * Q;
+            else a.out = ap.out + (size_t)r0 * Q;
             if (count[part] > 1) attention_prefill(a, stream_);
             else attention_decode(a, attn_ws_, stream_);
         }
@@ -523,7 +527,7 @@ private:
     void rehearse_products(int rows) {
         const LayerWeights<T>& W = w_.layers[0];
         cudaCheck(cudaMemsetAsync(xn_, 0, sizeof(A) * rows * c_.hidden, stream_));
-        cudaCheck(cudaMemsetAsync(att_, 0, sizeof(T) * rows * c_.q_dim(), stream_));
+        cudaCheck(cudaMemsetAsync(att_, 0, sizeof(A) * rows * c_.q_dim(), stream_));
         cudaCheck(cudaMemsetAsync(a_, 0, sizeof(A) * rows * c_.intermediate, stream_));
         linear(qkv_, xn_, W.wqkv, rows);
         linear(o_, att_, W.wo, rows);
@@ -709,7 +713,9 @@ private:
         with_pools(L, [&](auto* k, auto* v) {
             using C = std::remove_pointer_t<decltype(k)>;
             AttnParams<T, C> ap{};
-            ap.q = q_ + r0 * Q, ap.k = k, ap.v = v, ap.out = att_ + r0 * Q;
+            ap.q = q_ + r0 * Q, ap.k = k, ap.v = v;
+            if constexpr (std::is_same_v<A, T>) ap.out = att_ + r0 * Q;
+            else ap.out16 = att_ + r0 * Q;                                    // A is fp16
             ap.k_scale = L.k_scale, ap.v_scale = L.v_scale;
             ap.n_q = prefill ? m : 1, ap.pos0 = prune ? meta_.pos + r0 : meta_.pos0, ap.batch = batch;
             ap.nH = c_.n_heads, ap.nKV = c_.n_kv_heads, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
@@ -767,8 +773,8 @@ private:
     std::vector<LayerCache<T>> layers_;
     float *x_, *o_;
     G *qkv_, *gu_;
-    A *xn_, *a_;
-    T *q_, *att_;
+    A *xn_, *att_, *a_;
+    T* q_;
     uint8_t* x8_ = nullptr;               // FP8 GEMM input [max(chunk, batch), ld] E4M3
     float* x8_scale_ = nullptr;           // its scale per row
     float* logits_;

@@ -334,6 +334,7 @@ void run_prefill(const AttnParams<T, C>& p) {
     for (int b = 0; b < p.batch; b++) {
         AttnParams<T, C> s = p;
         s.q += b * per_seq, s.out += b * per_seq, s.pos0 += b, s.block_table += (int64_t)b * p.table_stride;
+        if (s.out16) s.out16 += b * per_seq;
         s.batch = 1;
         attention_prefill(s, 0, K, kFp8Cache<C> ? ws.ptr : nullptr);
     }
@@ -678,6 +679,44 @@ TYPED_TEST(AttentionHopper, MatchesCpuAndMmaSync) {
         const std::vector<float> a = pr.run(run_prefill<T, PrefillKernel::MmaSync>), b = pr.run(run_prefill<T, PrefillKernel::Hopper>);
         expect_close(b, a, Tol<T>::rel, Tol<T>::abs, std::string("hopper vs mma.sync ") + Tol<T>::name + " " + c.str());
     }
+}
+
+// The FP8 engine has the attention write its output in fp16 (AttnParams::out16) from bf16
+// queries and cache, for its o product: decode, and prefill on each kernel, against the CPU
+// and against the same kernel's bf16 output; out itself is left alone.
+TEST(AttentionFp16Out, FromBf16QueriesMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    using T = __nv_bfloat16;
+    std::vector<std::pair<std::string, void (*)(const AttnParams<T>&)>> kernels = {
+        {"decode", run_decode<T>}, {"prefill mma.sync", run_prefill<T, PrefillKernel::MmaSync>}};
+    if (attention_prefill_hopper_runs(128)) kernels.push_back({"prefill hopper", run_prefill<T, PrefillKernel::Hopper>});
+    uint32_t seed = 1700;
+    for (const std::vector<Case>* cases : {&kDecodeCases, &kPrefillCases})
+        for (const Case& c : *cases) {
+            Problem<T> pr(c, seed++);
+            const std::vector<float> ref = pr.reference();
+            DeviceBuffer<__half> out16(pr.dout.n);
+            for (const auto& [what, run] : kernels) {
+                if (what != "decode" && cases == &kDecodeCases) continue;   // prefill: kPrefillCases
+                if (what == "decode" && cases == &kPrefillCases) continue;
+                const std::vector<float> bf16_out = pr.run(run);
+                pr.dout.poison(), out16.poison();
+                AttnParams<T> p = pr.params();
+                p.out16 = out16.ptr;
+                run(p);
+                cudaCheck(cudaDeviceSynchronize());
+                std::vector<__half> h(out16.n);
+                cudaCheck(cudaMemcpy(h.data(), out16.ptr, h.size() * sizeof(__half), cudaMemcpyDeviceToHost));
+                std::vector<float> got(h.size());
+                for (size_t i = 0; i < h.size(); i++) got[i] = __half2float(h[i]);
+                const std::string name = what + " fp16 out " + c.str();
+                expect_close(got, ref, Tol<T>::rel, Tol<T>::abs, name + " vs CPU");   // P is bf16 inside
+                expect_close(got, bf16_out, 3e-3, 2e-2, name + " vs bf16 out");   // the same sums, rounded apart
+                const std::vector<float> untouched = pr.output();
+                EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](float x) { return std::isnan(x); }))
+                    << name << ": out was written";
+            }
+        }
 }
 
 // Asked for by name where it cannot run, the Hopper kernel is refused in one line.
