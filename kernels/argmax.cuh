@@ -9,16 +9,16 @@
 // temperature keeps the order). Keys are distinct.
 //
 // argmax: the largest key, and -1 instead of an id when any logit is NaN or Inf (as sample_cpu
-// returns), which the engine reports as an error. The id goes where an IdSink says: a device
-// int, and in a decode step also the host's mapped copy (so no copy runs between two steps). Each thread reads 8 consecutive logits per
-// step (16-byte loads when the row is aligned) and the block combines its threads' keys
-// (block_reduce). On sm_90 the logits are split over a cluster of 8 blocks: after a cluster
-// barrier, block 0 reads the other blocks' results from their shared memory (distributed shared
-// memory) and writes the id. One block alone walks V = 100352 logits in 13 trips to L2, one
-// after the other, where the cluster's blocks need 2 each: a 1B decode step ran 16 us faster
-// without the one-block kernel, and 1.3% faster with the cluster (docs/fp8.md, "Session 31"). Without clusters (portable mode: src/device_caps.h) one block
-// reads them all. Launched as a programmatic dependent of the output layer where the GPU has
-// those.
+// returns), which the engine reports as an error. The id goes where an IdSink says: a device int,
+// and in a decode step also the host's mapped copy (so no copy runs between two steps). Each thread
+// reads 8 consecutive logits per step (16-byte loads when the row is aligned) and the block
+// combines its threads' keys (block_reduce). On sm_90 the logits are split over a cluster of 8
+// blocks: after a cluster barrier, block 0 reads the other blocks' results from their shared memory
+// (distributed shared memory) and writes the id. One block alone walks V = 100352 logits in 13
+// trips to L2, one after the other, where the cluster's blocks need 2 each: a 1B decode step ran
+// 16 us faster without the one-block kernel, and 1.3% faster with the cluster (docs/fp8.md,
+// "Session 31"). Without clusters (portable mode: src/device_caps.h) one block reads them all.
+// Launched as a programmatic dependent of the output layer where the GPU has those.
 #pragma once
 #include <cooperative_groups.h>
 

@@ -454,11 +454,11 @@ __global__ void __launch_bounds__(kThreads) sample_one_block_kernel(IdSink out, 
 
 }  // namespace sampling
 
-// out (a device int, or an IdSink) = a token drawn from softmax(logits [V] / temperature) restricted by top-k,
-// top-p and min-p (p.repetition_penalty is not applied here: see sampler.h); the random number
-// is a function of (p.seed, *step) (step: device pointer, all 64 bits used, as sample_cpu's);
-// -1 when any logit is NaN or Inf.
-// p must not be greedy() (greedy decoding is argmax).
+// out (a device int, or an IdSink) = a token drawn from softmax(logits [V] / temperature)
+// restricted by top-k, top-p and min-p (p.repetition_penalty is not applied here: see sampler.h);
+// the random number is a function of (p.seed, *step) (step: device pointer, all 64 bits used, as
+// sample_cpu's); -1 when any logit is NaN or Inf. p must not be greedy() (greedy decoding is
+// argmax).
 template <typename T>
 void sample(IdSink out, const T* logits, int V, const SamplingParams& p, const uint64_t* step, cudaStream_t stream) {
     using namespace sampling;
