@@ -29,7 +29,10 @@
 // norms' weights), layer after layer; with it, 7B decode is 2% faster and 1B 3.5% (docs/fp8.md).
 // The first D - 1 chunks are asked for before the kernel waits for the one ahead of it (a
 // programmatic dependent launch): weights do not depend on it. D = 2 (one chunk in flight per
-// warp) streamed fastest (docs/fp8.md).
+// warp) streamed fastest (docs/fp8.md). Once past that wait, a block lets the kernel behind it
+// launch (allow_dependent_launch), so that kernel's blocks are placed as this grid's leave their
+// SMs and only its own wait is left when the product ends (decode +0.3 to +1.1% over letting
+// it launch at the product's end: docs/fp8.md, "Session 35"; see add_rmsnorm's `hold`).
 //
 // fp8_gemv_swiglu: the same product of the fused gate | up weight [2I, K], with SwiGLU in its
 // epilogue: a[r, i] = silu(y[r, i]) · y[r, I + i] in T, so the MLP needs no kernel between its
@@ -248,6 +251,7 @@ __global__ void __launch_bounds__(kFp8GemvMaxWarps * 32, 1)
     // read now: at the end, after the sums, their trip to memory would be the kernel's last step.
     const float scale_lo = scale[n_lo + g], scale_hi = scale[n_hi + g];
     grid_dependency_wait();   // the weights are in flight; x comes from the kernel ahead
+    allow_dependent_launch();   // (see the file comment)
     float acc[GROUPS][4] = {};
     // The tokens' values one chunk ahead: x0, x1 hold chunk i's two halves; chunk i + 1's first
     // half is loaded into xn while half 0 is multiplied, its second into x0 (free by then) while
@@ -281,7 +285,6 @@ __global__ void __launch_bounds__(kFp8GemvMaxWarps * 32, 1)
 #pragma unroll
     for (int i = 0; i < GROUPS * 4; i++) part[(warp * GROUPS * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
     __syncthreads();
-    allow_dependent_launch();
     if (warp != 0) return;
     auto total = [&](int i) {   // y of acc[i / 4][i % 4], scaled
         return fp8_sum_warps(part, warps, GROUPS * 4, i, lane) * (i % 4 >= 2 ? scale_hi : scale_lo);

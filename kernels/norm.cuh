@@ -29,7 +29,11 @@
 // our output before it reads it; an ordinary launch still waits for us to finish. add_rmsnorm
 // and rmsnorm are themselves launched as dependents of the kernel ahead: they ask L2 for what
 // it does not write (add_rmsnorm's residual row and weight, rmsnorm's weight: prefetch_l2), and
-// then wait for it.
+// then wait for it. add_rmsnorm can instead hold the kernel behind until its own wait is over
+// (`hold`): the engine does so after the o product, which itself lets the norm launch early
+// (fp8.cuh). Letting gate|up launch there too started its weights while o still streamed: FP8
+// decode 0.4-1.2% slower than holding it, where after the down product launching at once is
+// the faster (docs/fp8.md, "Session 35").
 #pragma once
 #include "cuda_common.cuh"
 #include "elementwise.cuh"
@@ -151,14 +155,15 @@ __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld
 }
 
 // x (fp32 residual) += RMSNorm(y) * w, y in T or fp32 (ys pending); xb = x rounded to O (the
-// next GEMM's input).
-template <typename T, typename O, typename Y, int N, bool SCALED>
+// next GEMM's input). HOLD: the kernel behind launches once our wait is over, not at our start.
+template <typename T, typename O, typename Y, int N, bool SCALED, bool HOLD>
 __global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, O* xb, int H, float eps) {
-    allow_dependent_launch();   // see the file comment
+    if constexpr (!HOLD) allow_dependent_launch();   // see the file comment
     float* x_row = x + (int64_t)blockIdx.x * H;
     prefetch_l2_block(x_row, H * (int64_t)sizeof(float));   // not written by the product ahead
     prefetch_l2_block(w, H * (int64_t)sizeof(T));
     grid_dependency_wait();     // launched as a dependent of the product that writes y
+    if constexpr (HOLD) allow_dependent_launch();
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
     using PO = Pack<O, N>;
@@ -246,19 +251,24 @@ void add_layernorm(float* x, const Y* y, T* xn, int rows, int H, float eps, cuda
 }
 
 // x [rows, H] (fp32) += RMSNorm(y [rows, H], T or fp32; ys pending as above) * w, in fp32;
-// xb [rows, H] = x rounded to O (T, or another type of T's size).
+// xb [rows, H] = x rounded to O (T, or another type of T's size). hold: the kernel behind may
+// launch only once this one has waited for y (see the file comment).
 template <typename T, typename O, typename Y>
 void add_rmsnorm(float* x, const Y* y, const T* w, O* xb, int rows, int H, float eps, cudaStream_t stream,
-                 PendingScale ys = {}) {
+                 PendingScale ys = {}, bool hold = false) {
     static_assert(sizeof(O) == sizeof(T), "add_rmsnorm: xb's packs are as long as w's");
     if (rows == 0) return;
     constexpr int N = kVec<T>;
     with_flag(ys.row != nullptr, [&](auto scaled) {
-        constexpr bool S = decltype(scaled)::value;
-        if (packable<T>(H, {x, y, w, xb}))
-            launch_dependent(add_rmsnorm_kernel<T, O, Y, N, S>, dim3(rows), dim3(row_threads(H / N)), 0, stream, x, y, ys, w, xb, H, eps);
-        else
-            launch_dependent(add_rmsnorm_kernel<T, O, Y, 1, S>, dim3(rows), dim3(row_threads(H)), 0, stream, x, y, ys, w, xb, H, eps);
+        with_flag(hold, [&](auto held) {
+            constexpr bool S = decltype(scaled)::value, L = decltype(held)::value;
+            if (packable<T>(H, {x, y, w, xb}))
+                launch_dependent(add_rmsnorm_kernel<T, O, Y, N, S, L>, dim3(rows), dim3(row_threads(H / N)), 0, stream, x, y, ys,
+                                 w, xb, H, eps);
+            else
+                launch_dependent(add_rmsnorm_kernel<T, O, Y, 1, S, L>, dim3(rows), dim3(row_threads(H)), 0, stream, x, y, ys, w,
+                                 xb, H, eps);
+        });
     });
     cudaCheckLaunch();
 }

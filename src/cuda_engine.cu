@@ -501,8 +501,9 @@ private:
     // The end of a row-parallel product (o, down), its output y [m, H] with scales s pending:
     // x += RMSNorm(y) · w, xn = x in T (OLMo-1: x += y, xn = LayerNorm(x)). Tensor parallel: y
     // is a partial sum on each rank, so its scales are applied (they differ between ranks) and
-    // it is summed over the ranks first.
-    void residual(float* x, float* y, PendingScale s, const T* w, A* xn, int m) {
+    // it is summed over the ranks first. hold: the kernel behind waits for the norm's own wait
+    // before it launches (the attention half's norm: norm.cuh).
+    void residual(float* x, float* y, PendingScale s, const T* w, A* xn, int m, bool hold = false) {
         const int H = c_.hidden;
         const float eps = c_.norm_eps;
         if (tp_.ranks > 1) {
@@ -510,7 +511,7 @@ private:
             all_reduce(y, (size_t)m * H);
         }
         if (c_.family == Family::Olmo1) add_layernorm(x, y, xn, m, H, eps, stream_, s);
-        else add_rmsnorm(x, y, w, xn, m, H, eps, stream_, s);
+        else add_rmsnorm(x, y, w, xn, m, H, eps, stream_, s, hold);
     }
 
     // The same in T with cuBLAS. In its column-major terms: yᵀ (N x rows) = W (op T of the
@@ -643,7 +644,7 @@ private:
             emit(name + "attn", att_, n, Q, Q);
             float *x = x_ + r0 * H, *o = o_ + r0 * H;
             A *xn = xn_ + r0 * H, *a = a_ + r0 * c_.intermediate;
-            residual(x, o, linear(o, att_ + r0 * Q, W.wo, m), W.attn_norm, xn, m);   // x += RMSNorm(o); xn = x
+            residual(x, o, linear(o, att_ + r0 * Q, W.wo, m), W.attn_norm, xn, m, true);   // x += RMSNorm(o); xn = x
             emit(name + "o_proj", o_, n, H, H);                                  //  (OLMo-1: x += o; xn = LN(x))
             emit(name + "resid_attn", x_, n, H, H);
             // --- MLP half ---

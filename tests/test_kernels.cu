@@ -265,8 +265,15 @@ TYPED_TEST(Kernels, AddRMSNorm) {
             cpu::rmsnorm(ref.data(), y.data(), w.data(), s.rows, s.H, 1e-6f);
             for (size_t i = 0; i < n; i++) ref[i] += x[i];
             const std::string shape = fmt("%s y rows=%d H=%d", dtype_name<Y>(), s.rows, s.H);
-            expect_close(d_x.download(), ref, kFp32Tol, this->name("add_rmsnorm x " + shape));
-            expect_close(download_f32(d_xb), ref, this->tol, this->name("add_rmsnorm xb " + shape));
+            const std::vector<float> x_got = d_x.download(), xb_got = download_f32(d_xb);
+            expect_close(x_got, ref, kFp32Tol, this->name("add_rmsnorm x " + shape));
+            expect_close(xb_got, ref, this->tol, this->name("add_rmsnorm xb " + shape));
+            // holding the kernel behind until the wait (the engine's norm after o) changes no value
+            d_x.upload(x);
+            d_xb.poison();
+            add_rmsnorm(d_x.get(), d_y.get(), d_w.get(), d_xb.get(), s.rows, s.H, 1e-6f, 0, {}, true);
+            EXPECT_EQ(d_x.download(), x_got) << "add_rmsnorm with hold: x differs, " << shape;
+            EXPECT_EQ(download_f32(d_xb), xb_got) << "add_rmsnorm with hold: xb differs, " << shape;
         }
     });
 }
