@@ -280,22 +280,25 @@ __global__ void __launch_bounds__(kFp8GemvMaxWarps * 32, 1)
             for (int j = 0; j < 8; j++) x1[gr][j] = x0[gr][j], x0[gr][j] = xn[gr][j];
     }
 
-    // Sum the warps' partial products; warp 0 scales and writes. acc[gr][i] is output channel
-    // n_lo + g (n_hi + g for i >= 2) of token 8gr + 2t + i%2. part: [warps][GROUPS * 4][32].
+    // Sum the warps' partial products. acc[gr][i] is output channel n_lo + g (n_hi + g for i >= 2)
+    // of token 8gr + 2t + i%2. part: [warps][GROUPS * 4][32]. Warp w adds up values w, w + warps,
+    // ... (a SwiGLU gate with its up), each in warp order, so the bits do not depend on which warp
+    // adds them: the block's last step is one value per warp rather than all of them in warp 0,
+    // whose serial tail every block of a one-wave grid ends with (1B fp8 decode +0.8%, 7B +0.5%,
+    // batch 8 +2.2%: docs/fp8.md, "Session 36").
     float* part = reinterpret_cast<float*>(smem + warps * D * kFp8SlotBytes / 16);
 #pragma unroll
     for (int i = 0; i < GROUPS * 4; i++) part[(warp * GROUPS * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
     __syncthreads();
-    if (warp != 0) return;
     auto total = [&](int i) {   // y of acc[i / 4][i % 4], scaled
         return fp8_sum_warps(part, warps, GROUPS * 4, i, lane) * (i % 4 >= 2 ? scale_hi : scale_lo);
     };
-#pragma unroll
-    for (int i = 0; i < GROUPS * 4; i++) {
-        const int r = i / 4 * 8 + 2 * t + i % 2;
-        if constexpr (SWIGLU) {   // i % 4 < 2: a gate, whose up is i + 2
+    constexpr int kValues = SWIGLU ? GROUPS * 2 : GROUPS * 4;   // SwiGLU: the gates (i % 4 < 2), each with its up i + 2
+    for (int k = warp; k < kValues; k += warps) {
+        const int i = SWIGLU ? k / 2 * 4 + k % 2 : k, r = i / 4 * 8 + 2 * t + i % 2;
+        if constexpr (SWIGLU) {
             const int n = n_lo + g, I = N / 2;
-            if (i % 4 < 2 && n < I && r < rows) a[(int64_t)r * I + n] = from_float<T>(silu_times(total(i), total(i + 2)));
+            if (n < I && r < rows) a[(int64_t)r * I + n] = from_float<T>(silu_times(total(i), total(i + 2)));
         } else {
             const int n = (i % 4 >= 2 ? n_hi : n_lo) + g;
             if (n < N && r < rows) y[(int64_t)r * N + n] = total(i);
