@@ -134,10 +134,27 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
     const float pos = (float)p.pos[r];
     const int d = threadIdx.x;   // (hd/2 <= blockDim.x): thread d computes angle d once, every head shares it
     const float freq = d < half ? p.inv_freq[d] : 0.0f;
-    if (p.q_norm) {
+    const bool norm = p.q_norm != nullptr;
+    if (norm) {
         prefetch_l2_block(p.q_norm, Q * (int64_t)sizeof(T));
         prefetch_l2_block(p.k_norm, KV * (int64_t)sizeof(T));
     }
+    // The QK-norm weights of elements e .. e+N-1 of a q or k head and of their partners e+half ..
+    using W = Pack<T, N>;
+    auto norm_weights = [&](int head, int e, W& wa, W& wb) {
+        const int i = head * p.head_dim + e;
+        const T* w = head < p.n_heads ? p.q_norm + i : p.k_norm + (i - Q);
+        wa = *reinterpret_cast<const W*>(w), wb = *reinterpret_cast<const W*>(w + half);
+    };
+    // This thread's first pair of packs (in decode its only one): its weights are read before the
+    // wait too, into registers, so that no trip to L2 is left after the sums (FP8 decode: 1B
+    // +0.17%, 7B +0.27%; docs/fp8.md, "Session 37").
+    constexpr bool kFp8 = kFp8Cache<C>;
+    const int heads = kFp8 ? p.n_heads : p.n_heads + 2 * p.n_kv_heads;   // the threads' share
+    const int t0 = blockIdx.y * blockDim.x + threadIdx.x, head0 = t0 * N / half;
+    const bool early = norm && t0 < heads * half / N && head0 < p.n_heads + p.n_kv_heads;
+    W wa0 = {}, wb0 = {};
+    if (early) norm_weights(head0, t0 * N % half, wa0, wb0);
     if (d < half) {   // the angles need only the position: computed before the wait too
         float s, c;
         sincosf(pos * freq, &s, &c);
@@ -145,7 +162,6 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
     }
     grid_dependency_wait();     // launched as a dependent of the product that writes qkv
     const ScaledRow<X, SCALED> x(p.qkv, r, Q + 2 * KV, p.scale);
-    const bool norm = p.q_norm != nullptr;
     float2 rstd{1.0f, 1.0f};
     if (norm && p.sumsq)   // every rank's sums, added
         rstd = {1.0f / sqrtf(p.sumsq[r].x / p.q_width + p.eps), 1.0f / sqrtf(p.sumsq[r].y / p.k_width + p.eps)};
@@ -155,7 +171,8 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
     __syncthreads();   // the cos/sin table is complete
     // Elements e .. e+N-1 of head `head` (q heads, then k heads, then v heads) and their partners
     // e+half ..: q and k normalized and rotated, v as it is.
-    auto values = [&](int head, int e, Pack<float, N>& lo, Pack<float, N>& hi) {
+    // (first: the thread's first pair, whose weights wa0, wb0 hold)
+    auto values = [&](int head, int e, Pack<float, N>& lo, Pack<float, N>& hi, bool first = false) {
         const int i = head * p.head_dim + e;   // i: column of element e
         Pack<float, N> a = x.template load<N>(i), b = x.template load<N>(i + half);
         if (head >= p.n_heads + p.n_kv_heads) {   // a value head: copied, not rotated
@@ -164,8 +181,8 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
         }
         const bool query = head < p.n_heads;
         if (norm) {
-            const T* w = query ? p.q_norm + i : p.k_norm + (i - Q);
-            const Pack<T, N> wa = *reinterpret_cast<const Pack<T, N>*>(w), wb = *reinterpret_cast<const Pack<T, N>*>(w + half);
+            W wa = wa0, wb = wb0;
+            if (!first) norm_weights(head, e, wa, wb);
             const float rstd = query ? rstd_q : rstd_k;
             for (int j = 0; j < N; j++) {
                 a.v[j] = to_float(wa.v[j]) * (a.v[j] * rstd);
@@ -183,12 +200,10 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
             hi.v[j] = b.v[j] * c + a.v[j] * s;
         }
     };
-    constexpr bool kFp8 = kFp8Cache<C>;
-    const int heads = kFp8 ? p.n_heads : p.n_heads + 2 * p.n_kv_heads;   // the threads' share
-    for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < heads * half / N; t += gridDim.y * blockDim.x) {
+    for (int t = t0; t < heads * half / N; t += gridDim.y * blockDim.x) {
         const int head = t * N / half, e = t * N % half, i = head * p.head_dim + e;
         Pack<float, N> lo, hi;
-        values(head, e, lo, hi);
+        values(head, e, lo, hi, t == t0 && early);
         if constexpr (kFp8) {
             store_pack<N>(p.q_out + r * Q + i, lo), store_pack<N>(p.q_out + r * Q + i + half, hi);
         } else {
