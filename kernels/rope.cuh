@@ -1,6 +1,6 @@
 // rope.cuh: rotary position embedding fused with OLMo-2/3's QK-norm, the split of the qkv
 // projection and the KV-cache write.
-// defines: RopeParams, rope_qkv, qk_sumsq
+// defines: RopeParams, QkNormWeights, qk_rstd, rope_qkv, qk_sumsq
 //
 // Input: the fused projection qkv [rows, (nH + 2 nKV) * hd] in X (T, or fp32: the engine passes
 // its fp32 GEMM output), each row = nH query heads, then nKV key heads, then nKV value heads.
@@ -121,6 +121,30 @@ __device__ __forceinline__ void store_kv_heads_fp8(const RopeParams<T, X, uint8_
     }
 }
 
+// The QK-norm weights of elements e .. e+N-1 of a q or k head (heads numbered as in qkv) and of
+// their partners e+hd/2 ..
+template <typename T, int N>
+struct QkNormWeights {
+    Pack<T, N> a = {}, b = {};
+    QkNormWeights() = default;
+    template <typename X, typename C>
+    __device__ QkNormWeights(const RopeParams<T, X, C>& p, int head, int e) {
+        const int i = head * p.head_dim + e;
+        const T* w = head < p.n_heads ? p.q_norm + i : p.k_norm + (i - p.n_heads * p.head_dim);
+        a = *reinterpret_cast<const Pack<T, N>*>(w), b = *reinterpret_cast<const Pack<T, N>*>(w + p.head_dim / 2);
+    }
+};
+
+// The QK-norm's 1/rms of the q and k parts of token r's row x, or (1, 1) without a QK-norm;
+// tensor parallel, from every rank's sums added (p.sumsq). A block reduction: every thread calls it.
+template <int N, typename T, typename X, typename C, typename Row>
+__device__ float2 qk_rstd(const RopeParams<T, X, C>& p, const Row& x, int64_t r) {
+    if (!p.q_norm) return {1.0f, 1.0f};
+    if (p.sumsq) return {1.0f / sqrtf(p.sumsq[r].x / p.q_width + p.eps), 1.0f / sqrtf(p.sumsq[r].y / p.k_width + p.eps)};
+    const int Q = p.n_heads * p.head_dim;
+    return rms_rstd2<N>(x, Q, x.from(Q), p.n_kv_heads * p.head_dim, p.eps);
+}
+
 // N: consecutive elements per thread (4 when the head size and the pointers allow Pack
 // accesses, else 1): a thread takes elements d .. d+N-1 of a head's first half and their
 // partners d+hd/2 .. d+hd/2+N-1.
@@ -139,22 +163,14 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
         prefetch_l2_block(p.q_norm, Q * (int64_t)sizeof(T));
         prefetch_l2_block(p.k_norm, KV * (int64_t)sizeof(T));
     }
-    // The QK-norm weights of elements e .. e+N-1 of a q or k head and of their partners e+half ..
-    using W = Pack<T, N>;
-    auto norm_weights = [&](int head, int e, W& wa, W& wb) {
-        const int i = head * p.head_dim + e;
-        const T* w = head < p.n_heads ? p.q_norm + i : p.k_norm + (i - Q);
-        wa = *reinterpret_cast<const W*>(w), wb = *reinterpret_cast<const W*>(w + half);
-    };
-    // This thread's first pair of packs (in decode its only one): its weights are read before the
-    // wait too, into registers, so that no trip to L2 is left after the sums (FP8 decode: 1B
-    // +0.17%, 7B +0.27%; docs/fp8.md, "Session 37").
+    // This thread's first pair of packs (in decode its only one): its QK-norm weights are read
+    // before the wait too, into registers, so that no trip to L2 is left after the sums (FP8
+    // decode: 1B +0.17%, 7B +0.27%; docs/fp8.md, "Session 37").
     constexpr bool kFp8 = kFp8Cache<C>;
     const int heads = kFp8 ? p.n_heads : p.n_heads + 2 * p.n_kv_heads;   // the threads' share
     const int t0 = blockIdx.y * blockDim.x + threadIdx.x, head0 = t0 * N / half;
     const bool early = norm && t0 < heads * half / N && head0 < p.n_heads + p.n_kv_heads;
-    W wa0 = {}, wb0 = {};
-    if (early) norm_weights(head0, t0 * N % half, wa0, wb0);
+    const QkNormWeights<T, N> w0 = early ? QkNormWeights<T, N>(p, head0, t0 * N % half) : QkNormWeights<T, N>{};
     if (d < half) {   // the angles need only the position: computed before the wait too
         float s, c;
         sincosf(pos * freq, &s, &c);
@@ -162,16 +178,12 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
     }
     grid_dependency_wait();     // launched as a dependent of the product that writes qkv
     const ScaledRow<X, SCALED> x(p.qkv, r, Q + 2 * KV, p.scale);
-    float2 rstd{1.0f, 1.0f};
-    if (norm && p.sumsq)   // every rank's sums, added
-        rstd = {1.0f / sqrtf(p.sumsq[r].x / p.q_width + p.eps), 1.0f / sqrtf(p.sumsq[r].y / p.k_width + p.eps)};
-    else if (norm)
-        rstd = rms_rstd2<N>(x, Q, x.from(Q), KV, p.eps);
+    const float2 rstd = qk_rstd<N>(p, x, r);
     const float rstd_q = rstd.x, rstd_k = rstd.y;
     __syncthreads();   // the cos/sin table is complete
     // Elements e .. e+N-1 of head `head` (q heads, then k heads, then v heads) and their partners
     // e+half ..: q and k normalized and rotated, v as it is.
-    // (first: the thread's first pair, whose weights wa0, wb0 hold)
+    // (first: the thread's first pair, whose weights w0 holds)
     auto values = [&](int head, int e, Pack<float, N>& lo, Pack<float, N>& hi, bool first = false) {
         const int i = head * p.head_dim + e;   // i: column of element e
         Pack<float, N> a = x.template load<N>(i), b = x.template load<N>(i + half);
@@ -181,12 +193,11 @@ template <typename T, typename X, typename C, int N, bool SCALED> __global__ voi
         }
         const bool query = head < p.n_heads;
         if (norm) {
-            W wa = wa0, wb = wb0;
-            if (!first) norm_weights(head, e, wa, wb);
+            const QkNormWeights<T, N> w = first ? w0 : QkNormWeights<T, N>(p, head, e);
             const float rstd = query ? rstd_q : rstd_k;
             for (int j = 0; j < N; j++) {
-                a.v[j] = to_float(wa.v[j]) * (a.v[j] * rstd);
-                b.v[j] = to_float(wb.v[j]) * (b.v[j] * rstd);
+                a.v[j] = to_float(w.a.v[j]) * (a.v[j] * rstd);
+                b.v[j] = to_float(w.b.v[j]) * (b.v[j] * rstd);
             }
             if (p.normed) {
                 X* out = p.normed + r * (Q + 2 * KV) + i;
