@@ -2,7 +2,7 @@
 // decode step in one launch, on mma.sync tensor cores.
 // defines: attn::kDecodeRows, attn::kDecodeBN, attn::kDecodeThreads, attn::kDecodeStages,
 //          attn::kMaxSlots, attn::decode_row_blocks, attn::kMergeStride, attn::merge_at, attn::merge_warps,
-//          attn::prefetch_first_tiles, attn::DecodeSmem, attn::attention_decode_kernel,
+//          attn::DecodeSmem, attn::attention_decode_kernel,
 //          attn::attention_combine_kernel, attn::decode_smem_bytes, attn::decode_max_slots,
 //          attn::decode_slot_count, attn::launch_decode
 //
@@ -170,23 +170,6 @@ __host__ __device__ inline int decode_row_blocks(const AttnParams<T, C>& p) {
     return (p.n_q * (p.nH / p.nKV) + kDecodeRows - 1) / kDecodeRows;
 }
 
-// Asks L2 (prefetch_l2) for the K and V rows of KV head kvh at keys [lo, hi) of sequence b: the
-// tiles the prologue copies right after the wait. All but the newest key's were written steps
-// ago, and the request is only a hint, so it may go out before the wait (the newest row, which
-// RoPE is writing, is then read from L2 as RoPE left it).
-template <typename T, typename C>
-__device__ void prefetch_first_tiles(const AttnParams<T, C>& p, int b, int kvh, int lo, int hi) {
-    const Pages pages = pages_of(p, b);
-    const int64_t stride = (int64_t)p.nKV * p.hd;
-    for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-        const int64_t at = pages.row(j) * stride + (int64_t)kvh * p.hd;
-        for (int byte = 0; byte < p.hd * (int)sizeof(C); byte += 128) {
-            prefetch_l2(reinterpret_cast<const char*>(p.k + at) + byte);
-            prefetch_l2(reinterpret_cast<const char*>(p.v + at) + byte);
-        }
-    }
-}
-
 // The split kernel's shared memory, in bytes from its base: the Q tile (16 rows), then STAGES
 // stages, then the table rings; at the end the merge's rows (merge_warps) lie over the stages
 // and rings. A stage holds a K and a V tile in T, straight from a 16-bit pool;
@@ -221,10 +204,10 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     auto v_stage = [&](int s) { return SmemTile<HD>{stages + s * Smem::kStage + Smem::kTile}; };
     auto codes = [&](int s) { return stages + s * Smem::kStage; };                   // FP8 cache: the codes
     auto scales = [&](int s) { return stages + s * Smem::kStage + 2 * Smem::kCodes; };  // and scales
-    // Starts copying tile `tile` into stage s.
-    auto load = [&](int s, int tile, const TableWindow& tw, int kvh, int lo, int hi) {
-        if constexpr (kFp8) load_kv_codes_async<BN, kDecodeThreads, HD>(codes(s), scales(s), p, tw, kvh, tile * BN, lo, hi);
-        else load_kv_tile_async<BN, kDecodeThreads>(k_stage(s), v_stage(s), p, tw, kvh, tile * BN, lo, hi);
+    // Starts copying the rows of keys [from, to) of tile `tile` into stage s.
+    auto load = [&](int s, int tile, const TableWindow& tw, int kvh, int lo, int hi, int from = 0, int to = INT_MAX) {
+        if constexpr (kFp8) load_kv_codes_async<BN, kDecodeThreads, HD>(codes(s), scales(s), p, tw, kvh, tile * BN, lo, hi, from, to);
+        else load_kv_tile_async<BN, kDecodeThreads>(k_stage(s), v_stage(s), p, tw, kvh, tile * BN, lo, hi, 0, from, to);
     };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slot = blockIdx.y;
     // The combine kernel may launch at once (it waits for our writes anyway), and with it the
@@ -246,26 +229,33 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
     const float c = p.scale * kLog2e;
 
-    // Prologue: Q and the first STAGES-1 tiles in flight (one commit group each, maybe empty).
-    // Everything so far read only pos0 and the table, which exist before the kernel ahead of
-    // this one in the stream runs (rope, which writes q and this step's K/V rows); the launch is
-    // a programmatic dependent one, so this much overlaps that kernel's tail, and so does the
-    // request to L2 for the first tiles' K/V rows.
+    // Prologue: Q and the first STAGES-1 tiles (stages 0 .. STAGES-2). Everything so far read
+    // only pos0 and the table, which exist before the kernel ahead of this one in the stream runs
+    // (rope, which writes q and this step's K/V rows, keys pos0 ..); the launch is a programmatic
+    // dependent one, so this much overlaps that kernel's tail. So do the copies of the older keys'
+    // rows: where this step's keys lie in the prologue's last tile or later (one token a
+    // sequence: always), every row of an older key is copied before the wait, and only Q and
+    // this step's rows after it; otherwise (or after a prefill chunk's RoPE, prefill_keys) the
+    // whole prologue waits. (FP8 decode: 1B +0.7%, 7B +0.4%; docs/fp8.md, "Session 37".)
     TableWindow tw(pages_of(p, run.b), lo, hi, lane, sq.base + Smem::kRings + warp * kTableRingBytes);
-    prefetch_first_tiles(p, run.b, map.kvh, lo, min(hi, (tile_lo + STAGES - 1) * BN));
+    const int last = min(tile_hi, tile_lo + STAGES - 2);   // the prologue's last tile
+    const bool early = !p.prefill_keys && pos0 >= last * BN;
+    auto prologue = [&](int to) {
+#pragma unroll
+        for (int i = 0; i < STAGES - 1; i++)
+            if (tile_lo + i <= last) {
+                tw.advance((tile_lo + i) * BN);
+                load(i, tile_lo + i, tw, map.kvh, lo, hi, 0, to);
+            }
+    };
+    if (early) prologue(pos0);
     grid_dependency_wait();
     load_q_tile_async<kDecodeRows, kDecodeThreads>(sq, p, map);
+    if (!early) prologue(INT_MAX);
+    else if (pos0 < (last + 1) * BN) load(last - tile_lo, last, tw, map.kvh, lo, hi, pos0);   // (tw holds last's window)
     cp_async_commit();
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) {
-        if (tile_lo + i <= tile_hi) {
-            tw.advance((tile_lo + i) * BN);
-            load(i, tile_lo + i, tw, map.kvh, lo, hi);
-        }
-        cp_async_commit();
-    }
     const int pos_hi = pos0 + p.n_q - 1;  // the last query's position
-    cp_async_wait<STAGES - 1>();           // Q has landed
+    cp_async_wait<0>();                    // Q and the prologue's tiles have landed
     __syncthreads();
     // Q's fragments are read once into registers (32 at HD 128); at HD 256 they would take 64
     // next to o's 128, so they are read from shared memory at each use instead. For an FP8 cache

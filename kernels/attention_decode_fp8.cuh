@@ -58,10 +58,12 @@ __device__ __forceinline__ int code_unit(int r, int u) {
 // at `codes` (K's rows of HD bytes, then V's, BN·HD bytes on; units placed by code_unit) in
 // 16-byte copies (two of 8 where hd is not a multiple of 16, as 16-byte copies need 16-byte
 // aligned rows), and their scales to `scales` (BN of K, then BN of V). Keys outside [lo, hi)
-// and bytes past hd are zero, scales too.
+// and bytes past hd are zero, scales too. Only the rows of keys [from, to) are touched (as
+// load_kv_tile_async).
 template <int BN, int THREADS, int HD, typename T>
 __device__ __forceinline__ void load_kv_codes_async(uint32_t codes, uint32_t scales, const AttnParams<T, uint8_t>& p,
-                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi) {
+                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi,
+                                                    int from = 0, int to = INT_MAX) {
     constexpr int UNITS = HD / 16, STEP = THREADS / UNITS;   // 16-byte units a row; rows a pass
     static_assert(THREADS % UNITS == 0 && BN % STEP == 0 && THREADS == 2 * BN, "whole passes; a scale per thread");
     const uint32_t row_bytes = p.nKV * p.hd, to_v = BN * HD;
@@ -73,6 +75,7 @@ __device__ __forceinline__ void load_kv_codes_async(uint32_t codes, uint32_t sca
     for (int r = threadIdx.x / UNITS; r < BN; r += STEP) {
         const int key = key0 + r;
         const uint32_t block = tw.block_of(key);
+        if (key < from || key >= to) continue;
         const bool valid = (unsigned)(key - lo) < (unsigned)(hi - lo) && bytes > 0;
         const uint64_t at = mul_wide(valid ? block << tw.pg.shift | (key & tw.pg.mask) : 0, row_bytes);
         const uint32_t dst = codes + r * HD + code_unit<HD>(r, u) * 16;
@@ -89,6 +92,7 @@ __device__ __forceinline__ void load_kv_codes_async(uint32_t codes, uint32_t sca
     if (threadIdx.x < 2 * BN) {   // thread t: the scale of K row t, or of V row t - BN
         const int r = threadIdx.x % BN, key = key0 + r;
         const uint32_t block = tw.block_of(key);   // (a warp-wide shuffle: every lane of these warps takes part)
+        if (key < from || key >= to) return;
         const bool valid = (unsigned)(key - lo) < (unsigned)(hi - lo);
         const int64_t at = valid ? kv_scale_index(block, key & tw.pg.mask, kvh, p.nKV, p.block_size) : 0;
         cp_async_4(scales + threadIdx.x * 4, (threadIdx.x < BN ? p.k_scale : p.v_scale) + at, valid);

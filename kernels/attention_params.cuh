@@ -58,11 +58,16 @@ struct AttnParams {
     __half* out16 = nullptr;          // 16-bit T: when set, the output goes here in fp16, like out,
                                       //   and out is not written (the FP8 engine's o product reads
                                       //   fp16: src/cuda_engine.cu, CudaEngine::A)
+    bool prefill_keys = false;        // the kernel ahead also wrote keys below pos0 (the rows of a
+                                      //   prefill chunk): attention_decode copies no K/V before its wait
 };
 
 // attention_decode reads pos0 and block_table before it waits for the kernel ahead of it in the
 // stream (a programmatic dependent launch), so they must not be written by that kernel: the
-// engine uploads them with a copy at the start of the step.
+// engine uploads them with a copy at the start of the step. It also copies the K/V rows of keys
+// below pos0 before that wait, which in a decode step were written steps ago (RoPE, the kernel
+// ahead, writes keys pos0 ..); a caller whose kernel ahead wrote older keys too sets
+// prefill_keys.
 
 // The head sizes attention_prefill and attention_decode take (see "Head sizes" above), so that a
 // caller can choose another path before loading a model.

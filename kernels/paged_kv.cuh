@@ -16,6 +16,7 @@
 #pragma once
 #include <cuda_fp8.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "attention_params.cuh"
@@ -82,10 +83,12 @@ struct TableWindow {
 // 16-byte place, and the rows' scales into `scales` (BN floats of K, then BN of V, in shared
 // memory: kv_scale_bytes per stage), all zero for rows outside [lo, hi); dequantize_kv_tile then
 // makes the tile's values.
+// Only the rows of keys [from, to) are touched (decode copies a tile's older keys before it
+// waits for the kernel ahead, and the keys that kernel writes after).
 template <int BN, int THREADS, typename T, int HD, typename C>
 __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T, C>& p,
                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi,
-                                                   uint32_t scales = 0) {
+                                                   uint32_t scales = 0, int from = 0, int to = INT_MAX) {
     static_assert(BN <= 32 * 8, "a tile lies in one table window (block_size >= 8)");
     const uint32_t row_bytes = p.nKV * p.hd * sizeof(C), to_v = sv.base - sk.base;
     for_each_tile_chunk<BN, THREADS>(sk, [&](int r, int c, uint32_t s) {
@@ -94,7 +97,8 @@ __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD>
         const char* k = reinterpret_cast<const char*>(p.k + col);
         const char* v = reinterpret_cast<const char*>(p.v + col);
         const int key = key0 + r;
-        const uint32_t block = tw.block_of(key);
+        const uint32_t block = tw.block_of(key);   // (a warp-wide shuffle: before any lane skips)
+        if (key < from || key >= to) return;
         const bool valid = (unsigned)(key - lo) < (unsigned)n_keys;  // lo <= key < hi, in the head
         const uint32_t row = valid ? block << tw.pg.shift | (key & tw.pg.mask) : 0;
         if constexpr (kFp8Cache<C>) {

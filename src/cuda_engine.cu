@@ -722,6 +722,7 @@ private:
             ap.nH = c_.n_heads, ap.nKV = c_.n_kv_heads, ap.hd = hd, ap.window = L.window, ap.scale = 1.0f / std::sqrt((float)hd);
             ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
             ap.block_size = kv_src_->block_size();
+            ap.prefill_keys = prefill;                                        // RoPE wrote the chunk's keys
             if constexpr (std::is_same_v<C, T>)
                 if (cp_round_ && !prune) return attend_two_chunks(ap, m);   // (context parallel: a 16-bit cache)
             if (prefill && m > 1) attention_prefill(ap, stream_, PrefillKernel::Best, prefill_ws_);

@@ -323,6 +323,14 @@ void run_decode(const AttnParams<T, C>& p) {
     attention_decode(p, ws.ptr, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
+// The same with every K/V copy after the split kernel's wait (the path of a prefill chunk's
+// last row: AttnParams::prefill_keys).
+template <typename T>
+void run_decode_prefill_keys(const AttnParams<T>& p) {
+    AttnParams<T> q = p;
+    q.prefill_keys = true;
+    run_decode(q);
+}
 // Prefill takes one sequence per call: sequence b's rows of q and out, its pos0 and table row.
 // An FP8 cache gets the workspace for the Hopper kernel's copy of the keys, poisoned, so that
 // the kernel may read only rows the copy wrote.
@@ -384,7 +392,8 @@ TYPED_TEST(Attention, PrefillOnDecodeCasesMatchesCpu) {
 
 TYPED_TEST(Attention, DecodeMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    check_cases<TypeParam>(kDecodeCases, 300, {{"decode", run_decode<TypeParam>}});
+    check_cases<TypeParam>(kDecodeCases, 300,
+                           {{"decode", run_decode<TypeParam>}, {"decode, prefill keys", run_decode_prefill_keys<TypeParam>}});
 }
 
 // check_cases at each head size of kHeadSizes: each runs on the kernels of its tile width with
