@@ -2,7 +2,7 @@
 // decode step in one launch, on mma.sync tensor cores.
 // defines: attn::kDecodeRows, attn::kDecodeBN, attn::kDecodeThreads, attn::kDecodeStages,
 //          attn::kMaxSlots, attn::decode_row_blocks, attn::kMergeStride, attn::merge_at, attn::merge_warps,
-//          attn::DecodeSmem, attn::attention_decode_kernel,
+//          attn::DecodeSmem, attn::DecodeStages, attn::attention_decode_kernel,
 //          attn::attention_combine_kernel, attn::decode_smem_bytes, attn::decode_max_slots,
 //          attn::decode_slot_count, attn::launch_decode
 //
@@ -189,6 +189,28 @@ struct DecodeSmem {
     static constexpr int kBytes = std::max(kRings + kDecodeThreads / 32 * kTableRingBytes, kStages + kMerge);
 };
 
+// The split kernel's STAGES stages in shared memory (DecodeSmem's layout, from `base`), and the
+// copies of K/V tiles into them.
+template <typename T, typename C, int HD, int STAGES>
+struct DecodeStages {
+    using Smem = DecodeSmem<C, HD, STAGES>;
+    static constexpr int BN = kDecodeBN;
+    const AttnParams<T, C>& p;
+    uint32_t base;
+    __device__ SmemTile<HD> k(int s) const { return {base + s * Smem::kStage}; }   // 16-bit cache: the tiles
+    __device__ SmemTile<HD> v(int s) const { return {base + s * Smem::kStage + Smem::kTile}; }
+    __device__ uint32_t codes(int s) const { return base + s * Smem::kStage; }                   // FP8 cache: the codes
+    __device__ uint32_t scales(int s) const { return base + s * Smem::kStage + 2 * Smem::kCodes; }   // and scales
+    // Starts copying the rows of keys [from, to) of tile `tile` into stage s.
+    __device__ void load(int s, int tile, const TableWindow& tw, int kvh, int lo, int hi, int from = 0,
+                         int to = INT_MAX) const {
+        if constexpr (Smem::kFp8)
+            load_kv_codes_async<BN, kDecodeThreads, HD>(codes(s), scales(s), p, tw, kvh, tile * BN, lo, hi, from, to);
+        else
+            load_kv_tile_async<BN, kDecodeThreads>(k(s), v(s), p, tw, kvh, tile * BN, lo, hi, 0, from, to);
+    }
+};
+
 // o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
 template <typename T, typename C, int HD, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T, C> p, int slots,
@@ -199,16 +221,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     static_assert(STAGES <= 8, "the table ring runs 8 tiles ahead (TableWindow)");
     extern __shared__ __align__(128) uint4 smem[];
     const SmemTile<HD> sq{(uint32_t)__cvta_generic_to_shared(smem)};   // the layout: DecodeSmem
-    const uint32_t stages = sq.base + Smem::kStages;
-    auto k_stage = [&](int s) { return SmemTile<HD>{stages + s * Smem::kStage}; };   // 16-bit cache: the tiles
-    auto v_stage = [&](int s) { return SmemTile<HD>{stages + s * Smem::kStage + Smem::kTile}; };
-    auto codes = [&](int s) { return stages + s * Smem::kStage; };                   // FP8 cache: the codes
-    auto scales = [&](int s) { return stages + s * Smem::kStage + 2 * Smem::kCodes; };  // and scales
-    // Starts copying the rows of keys [from, to) of tile `tile` into stage s.
-    auto load = [&](int s, int tile, const TableWindow& tw, int kvh, int lo, int hi, int from = 0, int to = INT_MAX) {
-        if constexpr (kFp8) load_kv_codes_async<BN, kDecodeThreads, HD>(codes(s), scales(s), p, tw, kvh, tile * BN, lo, hi, from, to);
-        else load_kv_tile_async<BN, kDecodeThreads>(k_stage(s), v_stage(s), p, tw, kvh, tile * BN, lo, hi, 0, from, to);
-    };
+    const DecodeStages<T, C, HD, STAGES> st{p, sq.base + Smem::kStages};
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slot = blockIdx.y;
     // The combine kernel may launch at once (it waits for our writes anyway), and with it the
     // product after it (fp8_gemv), whose weights then stream while we run.
@@ -240,19 +253,19 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     TableWindow tw(pages_of(p, run.b), lo, hi, lane, sq.base + Smem::kRings + warp * kTableRingBytes);
     const int last = min(tile_hi, tile_lo + STAGES - 2);   // the prologue's last tile
     const bool early = !p.prefill_keys && pos0 >= last * BN;
-    auto prologue = [&](int to) {
+    auto prologue = [&](int to) {   // tiles tile_lo .. last into stages 0 .., the rows of keys below `to`
 #pragma unroll
         for (int i = 0; i < STAGES - 1; i++)
             if (tile_lo + i <= last) {
                 tw.advance((tile_lo + i) * BN);
-                load(i, tile_lo + i, tw, map.kvh, lo, hi, 0, to);
+                st.load(i, tile_lo + i, tw, map.kvh, lo, hi, 0, to);
             }
     };
     if (early) prologue(pos0);
     grid_dependency_wait();
     load_q_tile_async<kDecodeRows, kDecodeThreads>(sq, p, map);
     if (!early) prologue(INT_MAX);
-    else if (pos0 < (last + 1) * BN) load(last - tile_lo, last, tw, map.kvh, lo, hi, pos0);   // (tw holds last's window)
+    else if (pos0 < (last + 1) * BN) st.load(last - tile_lo, last, tw, map.kvh, lo, hi, pos0);   // (tw holds last's window)
     cp_async_commit();
     const int pos_hi = pos0 + p.n_q - 1;  // the last query's position
     cp_async_wait<0>();                    // Q and the prologue's tiles have landed
@@ -266,20 +279,20 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
         const int stage = (tile - tile_lo) % STAGES, next = tile + STAGES - 1, key0 = tile * BN + warp * WN;
         if (next <= tile_hi) {
             tw.advance(next * BN);
-            load((next - tile_lo) % STAGES, next, tw, map.kvh, lo, hi);
+            st.load((next - tile_lo) % STAGES, next, tw, map.kvh, lo, hi);
         }
         cp_async_commit();
         cp_async_wait<STAGES - 1>();  // tile `tile` (and Q) have landed
         __syncthreads();
         float s[1][NT][4];
-        if constexpr (kFp8) warp_scores_fp8<HD>(s, q, codes(stage), scales(stage), warp * WN, lane);
-        else warp_scores<T, HD, 1, NT>(s, q, k_stage(stage).rows_from(warp * WN), lane);
+        if constexpr (kFp8) warp_scores_fp8<HD>(s, q, st.codes(stage), st.scales(stage), warp * WN, lane);
+        else warp_scores<T, HD, 1, NT>(s, q, st.k(stage).rows_from(warp * WN), lane);
         // Only the tiles that some row sees in part (the last one; the window's first) need the mask.
         if (tile * BN + BN - 1 > pos0 || (p.window > 0 && tile * BN <= pos_hi - p.window))
             mask_scores<1, NT>(s, row_pos, key0, p.window, lane);
         online_softmax<1, NT, DT>(s, m, l, o, c);
-        if constexpr (kFp8) warp_pv_fp8<HD>(o, s, codes(stage) + kDecodeBN * HD, scales(stage) + kDecodeBN * 4, warp * WN, lane);
-        else warp_pv<T, HD, 1, NT>(o, s, v_stage(stage).rows_from(warp * WN), lane);
+        if constexpr (kFp8) warp_pv_fp8<HD>(o, s, st.codes(stage) + kDecodeBN * HD, st.scales(stage) + kDecodeBN * 4, warp * WN, lane);
+        else warp_pv<T, HD, 1, NT>(o, s, st.v(stage).rows_from(warp * WN), lane);
         __syncthreads();   // every warp is done with the stage before it is refilled
     }
     cp_async_wait<0>();
