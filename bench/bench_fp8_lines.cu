@@ -14,11 +14,14 @@
 // per thread in flight, N blocks of 512 threads an SM, N = 4 or 2), with no tiles at all; and
 // "tileldg": the engine's blocks (16 rows each, its warps and padding) reading their tile row by
 // row with 16-byte loads into registers (4 per thread in flight), no shared memory.
-// Blocks, warps and the shared-memory padding are those the engine picked for each matrix when
-// this was written (one wave; the output layer in several); these copy kernels hold fewer
-// registers than fp8_gemv, so they fit more warps an SM than its 24 or so. "one": a launch
-// alone; "chained": 16 launches on different weights in a CUDA graph, time per launch. Best of
-// 5. docs/fp8.md has runs ("Whole lines" on an H100, "Session 25" on an H200).
+// Blocks, warps and the shared-memory padding are those the engine picks for each matrix (one
+// wave; the output layer in several: fp8_gemv_shape). These copy kernels hold fewer registers
+// than fp8_gemv, which fits about 24 warps an SM, so "lines" also runs with twice the engine's
+// warps per block (the same blocks an SM: twice the warps, and bytes in flight, an SM) and with a
+// ring of 3 (twice the bytes in flight per warp): is it the bytes in flight an SM that the stream
+// wants, or how they are spread? "one": a launch alone; "chained": 16 launches on different
+// weights in a CUDA graph, time per launch. Best of 5. docs/fp8.md has runs ("Whole lines" on an
+// H100, "Session 25" and "Session 39" on an H200).
 #include <algorithm>
 #include <cstdio>
 
@@ -154,19 +157,23 @@ void time_launches(const Shape& s, const char* name, int D, const uint8_t* q, si
         cudaCheck(cudaGraphExecDestroy(exec));
         cudaCheck(cudaGraphDestroy(graph));
     }
-    std::printf("%-8s %-8s D %d: one %6.1f us %5.0f GB/s | chained %6.1f us %5.0f GB/s\n", s.name, name, D,
+    std::printf("%-8s %-10s D %d: one %6.1f us %5.0f GB/s | chained %6.1f us %5.0f GB/s\n", s.name, name, D,
                 ms[0] * 1e3, bytes / ms[0] / 1e6, ms[1] * 1e3, bytes / ms[1] / 1e6);
 }
 
+// warps: per block (0: the engine's).
 template <Order O, int D>
-void run(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink, cudaStream_t stream) {
+void run(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink, cudaStream_t stream, int warps = 0) {
     constexpr auto kernel = copy_kernel<O, D>;
-    const int need = s.warps * D * 16 * chunk_cols(O);
+    if (warps == 0) warps = s.warps;
+    const int need = warps * D * 16 * chunk_cols(O);
     const int padded = s.per_sm > 0 ? (kSmemPerSmBytes / s.per_sm - kSmemReservedBytes) / 1024 * 1024 : 0;
     const int smem = std::min(std::max(need, padded), kMaxSmemBytes);
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    time_launches(s, kOrderName[O], D, q, q_bytes, stream, [&](const uint8_t* w) {
-        kernel<<<s.N / 16, s.warps * 32, smem, stream>>>(w, s.ld, sink);
+    char name[32];
+    std::snprintf(name, sizeof name, "%s/%dw", kOrderName[O], warps);
+    time_launches(s, name, D, q, q_bytes, stream, [&](const uint8_t* w) {
+        kernel<<<s.N / 16, warps * 32, smem, stream>>>(w, s.ld, sink);
     });
 }
 
@@ -191,11 +198,11 @@ void run_plain(const Shape& s, const uint8_t* q, size_t q_bytes, unsigned* sink,
 }  // namespace
 
 int main() {
-    const Shape shapes[] = {{"q|k|v", 12288, 4096, 8, 6},
-                            {"o", 4096, 4096, 16, 2},
-                            {"gate|up", 22016, 4096, 4, 11},
-                            {"down", 4096, 11008, 16, 2},
-                            {"lm head", 100352, 4096, 8, 0}};
+    const Shape shapes[] = {{"q|k|v", 12288, 4096, 4, 6},   // the engine's choices at 7B (fp8_gemv_shape)
+                            {"o", 4096, 4096, 12, 2},
+                            {"gate|up", 22016, 4096, 2, 11},
+                            {"down", 4096, 11008, 12, 2},
+                            {"lm head", 100352, 4096, 4, 0}};
     const size_t q_bytes = (size_t)100352 * 4096;   // the largest matrix; the others rotate through it
     uint8_t* q;
     unsigned* sink;
@@ -216,6 +223,7 @@ int main() {
         run<kRows256, 2>(s, q, q_bytes, sink, stream);
         run<kLines, 2>(s, q, q_bytes, sink, stream);
         run<kLines, 3>(s, q, q_bytes, sink, stream);
+        run<kLines, 2>(s, q, q_bytes, sink, stream, std::min(2 * s.warps, 16));
     }
     cudaCheck(cudaFree(q));
     cudaCheck(cudaFree(sink));
