@@ -155,15 +155,16 @@ __global__ void rmsnorm_kernel(O* out, const X* x, const T* w, int H, int64_t ld
 }
 
 // x (fp32 residual) += RMSNorm(y) * w, y in T or fp32 (ys pending); xb = x rounded to O (the
-// next GEMM's input). HOLD: the kernel behind launches once our wait is over, not at our start.
-template <typename T, typename O, typename Y, int N, bool SCALED, bool HOLD>
-__global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, O* xb, int H, float eps) {
-    if constexpr (!HOLD) allow_dependent_launch();   // see the file comment
+// next GEMM's input). hold: the kernel behind launches once our wait is over, not at our start
+// (an argument, not a template parameter: a layer's two residual norms run one kernel).
+template <typename T, typename O, typename Y, int N, bool SCALED>
+__global__ void add_rmsnorm_kernel(float* x, const Y* y, PendingScale ys, const T* w, O* xb, int H, float eps, bool hold) {
+    if (!hold) allow_dependent_launch();   // see the file comment
     float* x_row = x + (int64_t)blockIdx.x * H;
     prefetch_l2_block(x_row, H * (int64_t)sizeof(float));   // not written by the product ahead
     prefetch_l2_block(w, H * (int64_t)sizeof(T));
     grid_dependency_wait();     // launched as a dependent of the product that writes y
-    if constexpr (HOLD) allow_dependent_launch();
+    if (hold) allow_dependent_launch();
     using PX = Pack<float, N>;
     using P = Pack<T, N>;
     using PO = Pack<O, N>;
@@ -260,15 +261,13 @@ void add_rmsnorm(float* x, const Y* y, const T* w, O* xb, int rows, int H, float
     if (rows == 0) return;
     constexpr int N = kVec<T>;
     with_flag(ys.row != nullptr, [&](auto scaled) {
-        with_flag(hold, [&](auto held) {
-            constexpr bool S = decltype(scaled)::value, L = decltype(held)::value;
-            if (packable<T>(H, {x, y, w, xb}))
-                launch_dependent(add_rmsnorm_kernel<T, O, Y, N, S, L>, dim3(rows), dim3(row_threads(H / N)), 0, stream, x, y, ys,
-                                 w, xb, H, eps);
-            else
-                launch_dependent(add_rmsnorm_kernel<T, O, Y, 1, S, L>, dim3(rows), dim3(row_threads(H)), 0, stream, x, y, ys, w,
-                                 xb, H, eps);
-        });
+        constexpr bool S = decltype(scaled)::value;
+        if (packable<T>(H, {x, y, w, xb}))
+            launch_dependent(add_rmsnorm_kernel<T, O, Y, N, S>, dim3(rows), dim3(row_threads(H / N)), 0, stream, x, y, ys, w, xb,
+                             H, eps, hold);
+        else
+            launch_dependent(add_rmsnorm_kernel<T, O, Y, 1, S>, dim3(rows), dim3(row_threads(H)), 0, stream, x, y, ys, w, xb, H,
+                             eps, hold);
     });
     cudaCheckLaunch();
 }
