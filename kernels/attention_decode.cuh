@@ -213,8 +213,8 @@ struct DecodeStages {
 
 // o_part [S][n_q*nH][hd] and lse_part [S][n_q*nH]: slot s holds rows (t*nH + h) of its sequence.
 template <typename T, typename C, int HD, int STAGES>
-__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const AttnParams<T, C> p, int slots,
-                                                                          float* o_part, float* lse_part) {
+__global__ void __launch_bounds__(kDecodeThreads)
+    attention_decode_kernel(const __grid_constant__ AttnParams<T, C> p, int slots, float* o_part, float* lse_part) {
     constexpr int BN = kDecodeBN, WN = 16, NT = WN / 8, DT = HD / 8;
     using Smem = DecodeSmem<C, HD, STAGES>;
     constexpr bool kFp8 = Smem::kFp8;
@@ -300,8 +300,8 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
 }
 
 template <typename T, typename C, int HD>
-__global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams<T, C> p, int slots, const float* o_part,
-                                                                const float* lse_part) {
+__global__ void __launch_bounds__(256)
+    attention_combine_kernel(const __grid_constant__ AttnParams<T, C> p, int slots, const float* o_part, const float* lse_part) {
     constexpr int COLS = HD / 4, GROUPS = 256 / COLS;  // float4 columns x groups of splits
     __shared__ float4 part[GROUPS][COLS];
     __shared__ float part_m[GROUPS], part_l[GROUPS];
@@ -314,10 +314,14 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(const AttnParams
     const SlotRun run = plan_slots(p, slots, seq, -1);
     grid_dependency_wait();
 
-    // Each group merges splits grp, grp + GROUPS, ... with a running max m and sum l.
+    // Each group merges splits grp, grp + GROUPS, ... with a running max m and sum l, one after
+    // another: not unrolled, since where a decode has GROUPS splits or fewer (one sequence at the
+    // 7B and 1B shapes) a group has one, and unrolled by 4 the longer code cost 7B fp8 decode
+    // 0.3%; the 32B shape (8 KV heads: up to 33 splits) at 4096 keys was unchanged (docs/fp8.md,
+    // "Session 40").
     float m = -INFINITY, l = 0.0f;
     float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
+#pragma unroll 1
     for (int s = grp; live && s < run.n; s += GROUPS) {
         const int64_t r = (int64_t)(run.first + s) * rows_slot + local;
         const float x = lse_part[r];

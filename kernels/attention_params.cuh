@@ -62,6 +62,12 @@ struct AttnParams {
                                       //   prefill chunk): attention_decode copies no K/V before its wait
 };
 
+// The decode kernels take AttnParams as `const __grid_constant__`: they then read its fields
+// where the launch put them (the kernel's constant bank), also through the references that
+// plan_slots, seq_tiles and the loaders take. Without it nvcc compiled the combine kernel's part
+// before its wait into 609 instructions instead of 288, and 7B fp8 decode was 0.45% slower (1B
+// 0.65%; docs/fp8.md, "Session 40"). rope_qkv's RopeParams are taken the same way.
+
 // attention_decode reads pos0 and block_table before it waits for the kernel ahead of it in the
 // stream (a programmatic dependent launch), so they must not be written by that kernel: the
 // engine uploads them with a copy at the start of the step. It also copies the K/V rows of keys

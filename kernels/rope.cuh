@@ -148,7 +148,9 @@ __device__ float2 qk_rstd(const RopeParams<T, X, C>& p, const Row& x, int64_t r)
 // N: consecutive elements per thread (4 when the head size and the pointers allow Pack
 // accesses, else 1): a thread takes elements d .. d+N-1 of a head's first half and their
 // partners d+hd/2 .. d+hd/2+N-1.
-template <typename T, typename X, typename C, int N, bool SCALED> __global__ void rope_qkv_kernel(RopeParams<T, X, C> p) {
+// (p is __grid_constant__, as AttnParams is: attention_params.cuh says why.)
+template <typename T, typename X, typename C, int N, bool SCALED>
+__global__ void rope_qkv_kernel(const __grid_constant__ RopeParams<T, X, C> p) {
     allow_dependent_launch();   // see the file comment
     extern __shared__ float cs[];   // [hd]: this token's cos, then its sin, per d < hd/2 (times attn_factor)
     const int half = p.head_dim / 2, Q = p.n_heads * p.head_dim, KV = p.n_kv_heads * p.head_dim;
