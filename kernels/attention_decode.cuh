@@ -315,9 +315,9 @@ __global__ void __launch_bounds__(256)
     grid_dependency_wait();
 
     // Each group merges splits grp, grp + GROUPS, ... with a running max m and sum l, one after
-    // another: not unrolled, since where a decode has GROUPS splits or fewer (one sequence at the
-    // 7B and 1B shapes) a group has one, and unrolled by 4 the longer code cost 7B fp8 decode
-    // 0.3%; the 32B shape (8 KV heads: up to 33 splits) at 4096 keys was unchanged (docs/fp8.md,
+    // another: not unrolled, since a short context (one sequence, up to GROUPS tiles of keys)
+    // gives a group one split, and unrolled by 4 the longer code cost 7B fp8 decode 0.3%; at 4096
+    // keys (16 splits at the 1B shape, 33 at the 32B) it was as fast or faster (docs/fp8.md,
     // "Session 40").
     float m = -INFINITY, l = 0.0f;
     float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
