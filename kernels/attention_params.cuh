@@ -65,8 +65,8 @@ struct AttnParams {
 // The decode kernels take AttnParams as `const __grid_constant__`: they then read its fields
 // where the launch put them (the kernel's constant bank), also through the references that
 // plan_slots, seq_tiles and the loaders take. Without it nvcc compiled the combine kernel's part
-// before its wait into 609 instructions instead of 288, and 7B fp8 decode was 0.45% slower (1B
-// 0.65%; docs/fp8.md, "Session 40"). rope_qkv's RopeParams are taken the same way.
+// before its wait into 609 SASS instructions instead of under 300, and 7B fp8 decode was 0.45%
+// slower (1B 0.65%; docs/fp8.md, "Session 40"). rope_qkv's RopeParams are taken the same way.
 
 // attention_decode reads pos0 and block_table before it waits for the kernel ahead of it in the
 // stream (a programmatic dependent launch), so they must not be written by that kernel: the
