@@ -207,7 +207,7 @@ struct DecodeStages {
         if constexpr (Smem::kFp8)
             load_kv_codes_async<BN, kDecodeThreads, HD>(codes(s), scales(s), p, tw, kvh, tile * BN, lo, hi, from, to);
         else
-            load_kv_tile_async<BN, kDecodeThreads>(k(s), v(s), p, tw, kvh, tile * BN, lo, hi, 0, from, to);
+            load_kv_tile_async<BN, kDecodeThreads, true>(k(s), v(s), p, tw, kvh, tile * BN, lo, hi, 0, from, to);
     }
 };
 

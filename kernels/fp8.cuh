@@ -25,8 +25,10 @@
 // lines reads 4-7% faster (docs/fp8.md, "Whole lines"), so the lanes exchange the bytes through
 // the ring.
 // The copies carry L2's evict-first policy: a step streams the whole model through L2 once, and
-// without it those lines push out what the step reads again (the KV cache, the activations, the
-// norms' weights), layer after layer; with it, 7B decode is 2% faster and 1B 3.5% (docs/fp8.md).
+// without it those lines push out what the step reads again (the activations, the norms'
+// weights, the K/V rows RoPE has just written), layer after layer; with it, 7B decode is 2%
+// faster and 1B 3.5% (docs/fp8.md). Decode reads a 16-bit cache's K/V rows with it too
+// (paged_kv.cuh).
 // The first D - 1 chunks are asked for before the kernel waits for the one ahead of it (a
 // programmatic dependent launch): weights do not depend on it. D = 2 (one chunk in flight per
 // warp) streamed fastest (docs/fp8.md). Once past that wait, a block lets the kernel behind it

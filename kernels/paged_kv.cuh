@@ -85,12 +85,18 @@ struct TableWindow {
 // makes the tile's values.
 // Only the rows of keys [from, to) are touched (decode copies a tile's older keys before it
 // waits for the kernel ahead, and the keys that kernel writes after).
-template <int BN, int THREADS, typename T, int HD, typename C>
+// READ_ONCE (decode, which reads each row once a step): a 16-bit cache's copies carry L2's
+// evict-first policy, as the weights' do (FP8 decode +0.2% at the 7B shape, +0.4% at 1B, +0.9%
+// at 7B over 4096 tokens: docs/fp8.md, "Session 43"). Prefill's query tiles read the same keys
+// one after the other, so there the rows keep L2's default policy; so do an FP8 cache's codes
+// in decode (load_kv_codes_async), where the policy was slower.
+template <int BN, int THREADS, bool READ_ONCE = false, typename T, int HD, typename C>
 __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T, C>& p,
                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi,
                                                    uint32_t scales = 0, int from = 0, int to = INT_MAX) {
     static_assert(BN <= 32 * 8, "a tile lies in one table window (block_size >= 8)");
     const uint32_t row_bytes = p.nKV * p.hd * sizeof(C), to_v = sv.base - sk.base;
+    const uint64_t policy = READ_ONCE ? l2_evict_first_policy() : 0;
     for_each_tile_chunk<BN, THREADS>(sk, [&](int r, int c, uint32_t s) {
         const bool in_head = c * 8 < p.hd;  // the same for all of a chunk's rows
         const int col = kvh * p.hd + (in_head ? c * 8 : 0), n_keys = in_head ? hi - lo : 0;
@@ -109,6 +115,9 @@ __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD>
                 cp_async_4(scales + r * 4, p.k_scale + at, valid);
                 cp_async_4(scales + (BN + r) * 4, p.v_scale + at, valid);
             }
+        } else if constexpr (READ_ONCE) {
+            cp_async_16_policy(s, k + mul_wide(row, row_bytes), valid, policy);
+            cp_async_16_policy(s + to_v, v + mul_wide(row, row_bytes), valid, policy);
         } else {
             cp_async_16(s, k + mul_wide(row, row_bytes), valid);
             cp_async_16(s + to_v, v + mul_wide(row, row_bytes), valid);

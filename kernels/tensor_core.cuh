@@ -74,8 +74,9 @@ __device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem, bo
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(valid ? 16 : 0));
 }
 // An L2 policy for data read once per pass over far more bytes than L2 holds (a decode step's
-// weights): its lines are the first L2 evicts, so the step's other data (the KV cache, the
-// activations, the norms' weights) stays there from one layer, and one step, to the next.
+// weights, and its K/V rows): its lines are the first L2 evicts, so the step's other data (the
+// activations, the norms' weights, the rows RoPE has just written) stays there from one kernel,
+// and one step, to the next.
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
@@ -84,6 +85,11 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
 // cp_async_16 of valid data, with an L2 policy (l2_evict_first_policy).
 __device__ __forceinline__ void cp_async_16_policy(uint32_t saddr, const void* gmem, uint64_t policy) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "l"(policy));
+}
+// cp_async_16 with an L2 policy; zero-fills when !valid.
+__device__ __forceinline__ void cp_async_16_policy(uint32_t saddr, const void* gmem, bool valid, uint64_t policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(saddr), "l"(gmem),
+                 "r"(valid ? 16 : 0), "l"(policy));
 }
 // 8-byte global -> shared copy (through L1); zero-fills when !valid.
 __device__ __forceinline__ void cp_async_8(uint32_t saddr, const void* gmem, bool valid) {
