@@ -124,7 +124,7 @@ public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
     // max_chunk: the most rows a prefill runs at once (0: choose_chunk).
     // tp: with tp.ranks > 1, c is this rank's shard of tp.full, and a TpEngine drives it.
-    // kv_fp8: the KV cache in FP8 (one GPU, 16-bit T).
+    // kv_fp8: the KV cache in FP8 (16-bit T; alone or as a rank of a TpEngine, not of a CpEngine).
     CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
                LoadProgress* progress, int max_chunk, const TpRank& tp = {}, bool kv_fp8 = false)
         : c_(c), max_batch_(max_batch), w_(c, ck, fp8, tp), tp_(tp), kv8_(kv_fp8) {
@@ -849,7 +849,7 @@ std::unique_ptr<Engine> build_cuda_engine(const ModelConfig& c, const Checkpoint
     if (cp > 1) return std::make_unique<CpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, cp);
     if (tp == 1)
         return std::make_unique<CudaEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, TpRank{}, kv_fp8);
-    return std::make_unique<TpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, tp);
+    return std::make_unique<TpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, tp, kv_fp8);
 }
 }  // namespace
 
@@ -860,7 +860,7 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint*
     if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
     if (tp > 1 && cp > 1) fail("--tp and --cp cannot be combined yet");
     const bool kv_fp8 = kv == KvDType::FP8;
-    if (kv_fp8 && (tp > 1 || cp > 1)) fail("--kv-dtype fp8 does not combine with --tp or --cp yet");
+    if (kv_fp8 && cp > 1) fail("--kv-dtype fp8 does not combine with --cp yet");
     for (auto [n, flag] : {std::pair{tp, "--tp "}, std::pair{cp, "--cp "}})
         if (n > 1 && n > cuda_device_count())
             fail(flag + std::to_string(n) + ": this machine has " + std::to_string(cuda_device_count()) + " GPU(s)");

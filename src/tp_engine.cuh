@@ -139,6 +139,7 @@ public:
             m.weights += u.weights, m.kv_pool += u.kv_pool, m.other += u.other;
         }
         m.weight_format = ranks_[0]->memory().weight_format + how_;
+        m.kv_format = ranks_[0]->memory().kv_format;
         return with_pool_use(m);
     }
 
@@ -177,12 +178,12 @@ class TpEngine : public MultiGpuEngine<T, G> {
 
 public:
     TpEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
-             LoadProgress* progress, int max_chunk, int n)
+             LoadProgress* progress, int max_chunk, int n, bool kv_fp8)
         : Base(c, n, max_seq, kv_blocks, ", split over " + std::to_string(n) + " GPUs (tensor parallel)",
                [&](int r, TpRank tp) {
                    tp.rank = r, tp.ranks = n, tp.full = c;
                    return std::make_unique<CudaEngine<T, G>>(tp_shard_config(c, n), ck, max_seq, kv_blocks, max_batch,
-                                                             fp8, r == 0 ? progress : nullptr, max_chunk, tp);
+                                                             fp8, r == 0 ? progress : nullptr, max_chunk, tp, kv_fp8);
                }) {}
 
 protected:

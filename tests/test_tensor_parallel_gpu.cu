@@ -136,6 +136,49 @@ TEST(TensorParallelGpu, ChunksBatchAndForkMatchOneGpu) {
     EXPECT_LE(d, 1e-5) << "scoring";
 }
 
+// --tp 2 with an FP8 KV cache (--kv-dtype fp8; bf16 and fp8 weights) against one GPU with the
+// same cache: each rank quantizes the rows of its own KV heads as one GPU does all of them. A
+// prompt prefilled in chunks of 16 rows, forked, then both decoded together for three steps, and
+// a text scored, within 2e-2 (the ranks' partial sums add in another order than one GPU's, and
+// a K/V value rounded apart can land on another code).
+TEST(TensorParallelGpu, Fp8CacheMatchesOneGpu) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"vocab_size", 301}, {"max_position_embeddings", 128}});
+    for (DeviceDType dt : {DeviceDType::BF16, DeviceDType::FP8}) {
+        const char* name = dt == DeviceDType::BF16 ? "bf16" : "fp8";
+        auto one = make_cuda_engine(t.cfg, &t.ckpt, 128, dt, 0, 4, nullptr, 16, 1, 1, KvDType::FP8);
+        auto two = make_cuda_engine(t.cfg, &t.ckpt, 128, dt, 0, 4, nullptr, 16, kTp, 1, KvDType::FP8);
+        EXPECT_NE(two->memory().kv_format.find("FP8"), std::string::npos) << two->memory().kv_format;
+        Engine* engines[2] = {one.get(), two.get()};
+        const std::vector<int> prompt = random_ids(40, t.cfg.vocab, 9);
+        int seqs[2][2];
+        std::vector<float> logits[2];
+        for (int e = 0; e < 2; e++) {
+            seqs[e][0] = engines[e]->new_sequence();
+            logits[e] = engines[e]->prefill(seqs[e][0], prompt);
+            seqs[e][1] = engines[e]->fork_sequence(seqs[e][0]);
+        }
+        double worst = rel_l2(logits[1], logits[0]);
+        for (int step = 0; step < 3; step++) {
+            const std::vector<int> ids = {(step * 17 + 3) % t.cfg.vocab, (step * 29 + 5) % t.cfg.vocab};
+            for (int e = 0; e < 2; e++) logits[e] = engines[e]->decode({seqs[e][0], seqs[e][1]}, ids);
+            worst = std::max(worst, rel_l2(logits[1], logits[0]));
+        }
+        std::vector<float> scores[2];
+        const std::vector<int> text = random_ids(100, t.cfg.vocab, 10);
+        for (int e = 0; e < 2; e++) {
+            engines[e]->reset();
+            scores[e] = engines[e]->score(engines[e]->new_sequence(), text);
+        }
+        const double scored = rel_l2(scores[1], scores[0]);
+        std::printf("  tp2 %s, FP8 cache: worst logits rel-L2 %.2e (prefill, fork, 3 steps), scoring %.2e, against one "
+                    "GPU\n", name, worst, scored);
+        EXPECT_LE(worst, 2e-2) << name;
+        EXPECT_LE(scored, 2e-2) << name;
+    }
+}
+
 // --cp 2 against one GPU (fp32, 1e-5): prompts of 1 to 300 tokens in chunks of 16 rows, so that
 // the longer ones take several rounds (at most 2 x 16 tokens each) and the shortest run on GPU 0
 // alone; then three decode steps on the cache the two GPUs filled. bf16 and fp8 within 2e-2 (a
@@ -238,13 +281,16 @@ TEST(TensorParallelGpu, Fp8CheckpointSplits) {
     }
 }
 
-// --tp asks for more GPUs than there are, or a split the heads do not allow: one-line errors.
+// --tp asks for more GPUs than there are, or a split the heads do not allow, or an FP8 cache
+// goes with --cp: one-line errors.
 TEST(TensorParallelGpu, BadSplitsAreRefused) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
     TinyCheckpoint t({{"num_attention_heads", 4}, {"num_key_value_heads", 2}});
     const int gpus = cuda_device_count();
     expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::F32, 0, 4, nullptr, 0, gpus + 1); },
                  {"--tp " + std::to_string(gpus + 1), "GPU"});
+    expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::BF16, 0, 4, nullptr, 0, 1, 2, KvDType::FP8); },
+                 {"--kv-dtype fp8", "--cp"});
     if (gpus >= 4) expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::F32, 0, 4, nullptr, 0, 4); },
                                 {"KV heads"});
 }
