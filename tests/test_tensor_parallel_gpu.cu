@@ -8,8 +8,11 @@
 //   and scoring give the logits (log-probabilities) of one GPU (fp32, 1e-5); the output layer
 //   is split over the ranks, not copied.
 // - a checkpoint stored in FP8 splits, in fp8 (its codes as stored), bf16 and fp32.
-// With one GPU: --tp 2 is refused with a one-line error.
+// - with an FP8 KV cache, --tp 2 gives one GPU's logits (bf16 weights 1e-4, fp8 weights 1e-1).
+// With one GPU: --tp 2 is refused with a one-line error; so is an FP8 cache with --cp.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "engine.h"
 #include "fp8_checkpoint_util.h"
@@ -98,49 +101,67 @@ double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
     return compare(got.data(), want.data(), want.size()).rel_l2;
 }
 
-// One sequence prefilled in chunks of 16 rows, forked, then both decoded together for three
-// steps, and a text scored: --tp 2 gives one GPU's logits at every step and its
-// log-probabilities (fp32). The vocabulary (301) splits unevenly over the ranks' output layers.
-TEST(TensorParallelGpu, ChunksBatchAndForkMatchOneGpu) {
-    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
-    TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2}, {"vocab_size", 301}, {"max_position_embeddings", 128}});
-    auto one = make_cuda_engine(t.cfg, &t.ckpt, 128, DeviceDType::F32, 0, 4, nullptr, 16);
-    auto two = make_cuda_engine(t.cfg, &t.ckpt, 128, DeviceDType::F32, 0, 4, nullptr, 16, kTp);
-    const std::vector<int> prompt = random_ids(40, t.cfg.vocab, 7);
+// --tp 2 (engines[1]) against one GPU (engines[0]) on the same work: a prompt of 40 tokens
+// (seed prompt_seed) prefilled in chunks of 16 rows, forked, then both sequences decoded together
+// for three steps; then, the pools emptied, a text of 100 tokens (seed text_seed) scored. The
+// logits' rel-L2 after the prefill and after each step, and the scores'.
+struct AgainstOneGpu {
+    std::vector<double> logits;   // prefill, steps 0 .. 2
+    double scores = 0;
+};
+AgainstOneGpu tp_against_one_gpu(Engine* engines[2], int vocab, unsigned prompt_seed, unsigned text_seed) {
+    AgainstOneGpu d;
+    const std::vector<int> prompt = random_ids(40, vocab, prompt_seed);
     int seqs[2][2];
-    Engine* engines[2] = {one.get(), two.get()};
     std::vector<float> logits[2];
     for (int e = 0; e < 2; e++) {
         seqs[e][0] = engines[e]->new_sequence();
         logits[e] = engines[e]->prefill(seqs[e][0], prompt);
         seqs[e][1] = engines[e]->fork_sequence(seqs[e][0]);
     }
-    EXPECT_LE(rel_l2(logits[1], logits[0]), 1e-5) << "prefill in chunks";
+    d.logits.push_back(rel_l2(logits[1], logits[0]));
     for (int step = 0; step < 3; step++) {
-        const std::vector<int> ids = {(step * 17 + 3) % t.cfg.vocab, (step * 29 + 5) % t.cfg.vocab};
+        const std::vector<int> ids = {(step * 17 + 3) % vocab, (step * 29 + 5) % vocab};
         for (int e = 0; e < 2; e++) logits[e] = engines[e]->decode({seqs[e][0], seqs[e][1]}, ids);
-        const double d = rel_l2(logits[1], logits[0]);
-        std::printf("  batch of 2 (one forked), step %d: logits rel-L2 %.2e against one GPU\n", step, d);
-        EXPECT_LE(d, 1e-5) << "decode step " << step;
+        d.logits.push_back(rel_l2(logits[1], logits[0]));
     }
-    const std::vector<int> text = random_ids(100, t.cfg.vocab, 8);   // scored in chunks of 16 rows
+    const std::vector<int> text = random_ids(100, vocab, text_seed);
     std::vector<float> scores[2];
     for (int e = 0; e < 2; e++) {
         engines[e]->reset();   // (the pool holds the sequences above)
         scores[e] = engines[e]->score(engines[e]->new_sequence(), text);
     }
-    ASSERT_EQ(scores[1].size(), text.size() - 1);
-    const double d = rel_l2(scores[1], scores[0]);
-    std::printf("  scoring %zu tokens: log-probabilities rel-L2 %.2e against one GPU\n", text.size(), d);
-    EXPECT_LE(d, 1e-5) << "scoring";
+    EXPECT_EQ(scores[1].size(), text.size() - 1);
+    EXPECT_EQ(scores[0].size(), scores[1].size());
+    d.scores = scores[0].size() == scores[1].size() ? rel_l2(scores[1], scores[0]) : INFINITY;
+    return d;
 }
 
-// --tp 2 with an FP8 KV cache (--kv-dtype fp8; bf16 and fp8 weights) against one GPU with the
-// same cache: each rank quantizes the rows of its own KV heads as one GPU does all of them. A
-// prompt prefilled in chunks of 16 rows, forked, then both decoded together for three steps, and
-// a text scored, within 2e-2 (the ranks' partial sums add in another order than one GPU's, and
-// a K/V value rounded apart can land on another code).
+// tp_against_one_gpu in fp32: --tp 2 gives one GPU's logits at every step and its
+// log-probabilities. The vocabulary (301) splits unevenly over the ranks' output layers.
+TEST(TensorParallelGpu, ChunksBatchAndForkMatchOneGpu) {
+    if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
+    TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"vocab_size", 301}, {"max_position_embeddings", 128}});
+    auto one = make_cuda_engine(t.cfg, &t.ckpt, 128, DeviceDType::F32, 0, 4, nullptr, 16);
+    auto two = make_cuda_engine(t.cfg, &t.ckpt, 128, DeviceDType::F32, 0, 4, nullptr, 16, kTp);
+    Engine* engines[2] = {one.get(), two.get()};
+    const AgainstOneGpu d = tp_against_one_gpu(engines, t.cfg.vocab, 7, 8);
+    EXPECT_LE(d.logits[0], 1e-5) << "prefill in chunks";
+    for (int step = 0; step < 3; step++) {
+        std::printf("  batch of 2 (one forked), step %d: logits rel-L2 %.2e against one GPU\n", step, d.logits[step + 1]);
+        EXPECT_LE(d.logits[step + 1], 1e-5) << "decode step " << step;
+    }
+    std::printf("  scoring 100 tokens: log-probabilities rel-L2 %.2e against one GPU\n", d.scores);
+    EXPECT_LE(d.scores, 1e-5) << "scoring";
+}
+
+// tp_against_one_gpu with an FP8 KV cache (--kv-dtype fp8) on both: each rank quantizes the rows
+// of its own KV heads as one GPU does all of them. bf16 weights within 1e-4 (measured on two
+// H200s: 2.1e-8 for the logits, 2.5e-7 for the scores). fp8 weights within 1e-1 (measured: 5.2e-2
+// and 1.0e-2): there --tp 2 quantizes each rank's slice of the o and down weights apart (a scale
+// per row of the slice), so its weights are not one GPU's, and a K/V row that differs a little
+// can round to other codes.
 TEST(TensorParallelGpu, Fp8CacheMatchesOneGpu) {
     if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
     TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
@@ -151,31 +172,13 @@ TEST(TensorParallelGpu, Fp8CacheMatchesOneGpu) {
         auto two = make_cuda_engine(t.cfg, &t.ckpt, 128, dt, 0, 4, nullptr, 16, kTp, 1, KvDType::FP8);
         EXPECT_NE(two->memory().kv_format.find("FP8"), std::string::npos) << two->memory().kv_format;
         Engine* engines[2] = {one.get(), two.get()};
-        const std::vector<int> prompt = random_ids(40, t.cfg.vocab, 9);
-        int seqs[2][2];
-        std::vector<float> logits[2];
-        for (int e = 0; e < 2; e++) {
-            seqs[e][0] = engines[e]->new_sequence();
-            logits[e] = engines[e]->prefill(seqs[e][0], prompt);
-            seqs[e][1] = engines[e]->fork_sequence(seqs[e][0]);
-        }
-        double worst = rel_l2(logits[1], logits[0]);
-        for (int step = 0; step < 3; step++) {
-            const std::vector<int> ids = {(step * 17 + 3) % t.cfg.vocab, (step * 29 + 5) % t.cfg.vocab};
-            for (int e = 0; e < 2; e++) logits[e] = engines[e]->decode({seqs[e][0], seqs[e][1]}, ids);
-            worst = std::max(worst, rel_l2(logits[1], logits[0]));
-        }
-        std::vector<float> scores[2];
-        const std::vector<int> text = random_ids(100, t.cfg.vocab, 10);
-        for (int e = 0; e < 2; e++) {
-            engines[e]->reset();
-            scores[e] = engines[e]->score(engines[e]->new_sequence(), text);
-        }
-        const double scored = rel_l2(scores[1], scores[0]);
+        const AgainstOneGpu d = tp_against_one_gpu(engines, t.cfg.vocab, 9, 10);
+        const double worst = *std::max_element(d.logits.begin(), d.logits.end());
         std::printf("  tp2 %s, FP8 cache: worst logits rel-L2 %.2e (prefill, fork, 3 steps), scoring %.2e, against one "
-                    "GPU\n", name, worst, scored);
-        EXPECT_LE(worst, 2e-2) << name;
-        EXPECT_LE(scored, 2e-2) << name;
+                    "GPU\n", name, worst, d.scores);
+        const double bar = dt == DeviceDType::BF16 ? 1e-4 : 1e-1;
+        EXPECT_LE(worst, bar) << name;
+        EXPECT_LE(d.scores, bar) << name;
     }
 }
 
