@@ -159,9 +159,10 @@ TEST(TensorParallelGpu, ChunksBatchAndForkMatchOneGpu) {
 // tp_against_one_gpu with an FP8 KV cache (--kv-dtype fp8) on both: each rank quantizes the rows
 // of its own KV heads as one GPU does all of them. bf16 weights within 1e-4 (measured on two
 // H200s: 2.1e-8 for the logits, 2.5e-7 for the scores). fp8 weights within 1e-1 (measured: 5.2e-2
-// and 1.0e-2): there --tp 2 quantizes each rank's slice of the o and down weights apart (a scale
-// per row of the slice), so its weights are not one GPU's, and a K/V row that differs a little
-// can round to other codes.
+// and 1.0e-2): there each rank quantizes its slices apart (of the o and down weights, a scale per
+// row of the slice; of a prefill's activations, a scale per token of the slice), so --tp 2 is
+// not one GPU's arithmetic even with a 16-bit cache (Fp8CheckpointSplits: up to 6.4e-2), and a
+// K/V row that differs a little can round to other codes.
 TEST(TensorParallelGpu, Fp8CacheMatchesOneGpu) {
     if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
     TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
