@@ -86,10 +86,11 @@ struct TableWindow {
 // Only the rows of keys [from, to) are touched (decode copies a tile's older keys before it
 // waits for the kernel ahead, and the keys that kernel writes after).
 // READ_ONCE (decode, which reads each row once a step): a 16-bit cache's copies carry L2's
-// evict-first policy, as the weights' do (FP8 decode +0.2% at the 7B shape, +0.4% at 1B, +0.9%
-// at 7B over 4096 tokens: docs/fp8.md, "Session 43"). Prefill's query tiles read the same keys
-// one after the other, so there the rows keep L2's default policy; so do an FP8 cache's codes
-// in decode (load_kv_codes_async), where the policy was slower.
+// evict-first policy, as the weights' do: a step reads more K/V than L2 holds, in the same order
+// every step, so these rows find nothing of the step before and would only push other lines out
+// (FP8 decode +0.2% at the 7B shape, +0.4% at 1B: docs/fp8.md, "Session 43"). Prefill's query
+// tiles read the same keys one after the other, so there the rows keep L2's default policy; so
+// do an FP8 cache's codes in decode (load_kv_codes_async), where the policy was slower.
 template <int BN, int THREADS, bool READ_ONCE = false, typename T, int HD, typename C>
 __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T, C>& p,
                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi,
