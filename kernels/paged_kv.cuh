@@ -86,9 +86,10 @@ struct TableWindow {
 // Only the rows of keys [from, to) are touched (decode copies a tile's older keys before it
 // waits for the kernel ahead, and the keys that kernel writes after).
 // READ_ONCE (decode, which reads each row once a step): a 16-bit cache's copies carry L2's
-// evict-first policy, as the weights' do: a step reads more K/V than L2 holds, in the same order
-// every step, so these rows find nothing of the step before and would only push other lines out
-// (FP8 decode +0.2% at the 7B shape, +0.4% at 1B: docs/fp8.md, "Session 43"). Prefill's query
+// evict-first policy, as the weights' do: a layer's rows are read again only a step later, after
+// the whole model and every other layer's rows have streamed through L2, so keeping them would
+// only push out lines read sooner (FP8 decode +0.2% at the 7B shape, +0.4% at 1B: docs/fp8.md,
+// "Session 43"). Prefill's query
 // tiles read the same keys one after the other, so there the rows keep L2's default policy; so
 // do an FP8 cache's codes in decode (load_kv_codes_async), where the policy was slower.
 template <int BN, int THREADS, bool READ_ONCE = false, typename T, int HD, typename C>
