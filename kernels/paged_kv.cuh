@@ -89,9 +89,9 @@ struct TableWindow {
 // evict-first policy, as the weights' do: a layer's rows are read again only a step later, after
 // the whole model and every other layer's rows have streamed through L2, so keeping them would
 // only push out lines read sooner (FP8 decode +0.2% at the 7B shape, +0.4% at 1B: docs/fp8.md,
-// "Session 43"). Prefill's query
-// tiles read the same keys one after the other, so there the rows keep L2's default policy; so
-// do an FP8 cache's codes in decode (load_kv_codes_async), where the policy was slower.
+// "Session 43"). Prefill's query tiles read the same keys one after the other, so there the rows
+// keep L2's default policy; so do an FP8 cache's codes in decode (load_kv_codes_async), where the
+// policy was slower.
 template <int BN, int THREADS, bool READ_ONCE = false, typename T, int HD, typename C>
 __device__ __forceinline__ void load_kv_tile_async(SmemTile<HD> sk, SmemTile<HD> sv, const AttnParams<T, C>& p,
                                                    const TableWindow& tw, int kvh, int key0, int lo, int hi,
