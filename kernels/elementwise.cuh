@@ -182,6 +182,29 @@ template <typename T> void copy_rows(T* dst, const T* src, const int* dst_rows, 
     cudaCheckLaunch();
 }
 
+// An FP8 cache's scales (fp8.h: nKV a pool row, at kv_scale_index) between the pools and a packed
+// buffer [n, nKV], as copy_rows moves the codes: a rows map names pool rows, a null one packed
+// row i; -1 skips row i. One thread per (row, KV head).
+static __global__ void copy_scale_rows_kernel(float* dst, const float* src, const int* dst_rows, const int* src_rows,
+                                              int n, int nKV, int block_size) {
+    const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (j >= (int64_t)n * nKV) return;
+    const int i = (int)(j / nKV), h = (int)(j % nKV);
+    const int d = dst_rows ? dst_rows[i] : i, s = src_rows ? src_rows[i] : i;
+    if (d < 0 || s < 0) return;
+    auto at = [&](const int* rows, int row) { return rows ? kv_scale_index(row, h, nKV, block_size) : (int64_t)row * nKV + h; };
+    dst[at(dst_rows, d)] = src[at(src_rows, s)];
+}
+
+inline void copy_scale_rows(float* dst, const float* src, const int* dst_rows, const int* src_rows, int n, int nKV,
+                            int block_size, cudaStream_t stream) {
+    if (n == 0) return;
+    constexpr int threads = 256;
+    copy_scale_rows_kernel<<<grid_blocks((int64_t)n * nKV, threads), threads, 0, stream>>>(dst, src, dst_rows, src_rows, n,
+                                                                                            nKV, block_size);
+    cudaCheckLaunch();
+}
+
 // ---- convert ----
 
 template <typename O, typename I> __global__ void convert_kernel(O* out, const I* in, int64_t n) {

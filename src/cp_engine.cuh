@@ -6,7 +6,8 @@
 // about N · chunk tokens at most (each rank's share fits its buffers); each round is cut into 2N
 // chunks, rank r taking chunk r and its mirror 2N-1-r (cp_tokens: the causal work balanced). Every
 // rank runs its tokens through every layer; after each layer's RoPE has put their K/V in its cache,
-// the ranks exchange those rows (CudaEngine::exchange_kv, an all-gather), so that each then attends
+// the ranks exchange those rows (CudaEngine::exchange_kv, an all-gather; an FP8 cache's codes and
+// scales, each rank's made by its own RoPE as one GPU would make them), so that each then attends
 // its queries over all the keys before them with the ordinary prefill kernel, and ends the prompt
 // holding the whole cache. Rank 0 holds the prompt's last token (the mirror of chunk 0), so it
 // makes the logits; decode, scoring and short or continued prompts then run on rank 0 alone.
@@ -30,12 +31,12 @@ class CpEngine : public MultiGpuEngine<T, G> {
 
 public:
     CpEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
-             LoadProgress* progress, int max_chunk, int n)
+             LoadProgress* progress, int max_chunk, int n, bool kv_fp8)
         : Base(c, n, max_seq, kv_blocks, ", on each of " + std::to_string(n) + " GPUs (context parallel)",
                [&](int r, TpRank cp) {
                    cp.cp_rank = r, cp.cp_ranks = n;
                    return std::make_unique<CudaEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8,
-                                                             r == 0 ? progress : nullptr, max_chunk, cp);
+                                                             r == 0 ? progress : nullptr, max_chunk, cp, kv_fp8);
                }) {}
 
 protected:

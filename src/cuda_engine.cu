@@ -88,6 +88,7 @@ struct LayerCache {
 // The NCCL type of a storage type (the K/V rows context parallel exchanges).
 template <typename T> ncclDataType_t nccl_type() {
     if constexpr (std::is_same_v<T, float>) return ncclFloat;
+    else if constexpr (std::is_same_v<T, uint8_t>) return ncclUint8;   // an FP8 cache's codes
     else if constexpr (std::is_same_v<T, __half>) return ncclHalf;
     else return ncclBfloat16;
 }
@@ -124,7 +125,7 @@ public:
     // fp8: the linear layers' weights in FP8 (fp8.h), quantized here from the checkpoint.
     // max_chunk: the most rows a prefill runs at once (0: choose_chunk).
     // tp: with tp.ranks > 1, c is this rank's shard of tp.full, and a TpEngine drives it.
-    // kv_fp8: the KV cache in FP8 (16-bit T; alone or as a rank of a TpEngine, not of a CpEngine).
+    // kv_fp8: the KV cache in FP8 (16-bit T; alone or as a rank of a TpEngine or CpEngine).
     CudaEngine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks, int max_batch, bool fp8,
                LoadProgress* progress, int max_chunk, const TpRank& tp = {}, bool kv_fp8 = false)
         : c_(c), max_batch_(max_batch), w_(c, ck, fp8, tp), tp_(tp), kv8_(kv_fp8) {
@@ -378,6 +379,8 @@ private:
             cp_pos0_ = b.take<int>(2);                                      // this rank's two chunks' first positions
             cp_send_[0] = b.take<T>(C * KV), cp_send_[1] = b.take<T>(C * KV);           // its K, V rows [C, KV]
             cp_recv_[0] = b.take<T>(N * C * KV), cp_recv_[1] = b.take<T>(N * C * KV);   // every rank's [N, C, KV]
+            // (An FP8 cache's rows take a byte an element and their scales nKV floats: both fit in
+            // a 16-bit row's room, [C, KV] codes then [C, nKV] scales, for any head size >= 4.)
         }
         if (tp_.ranks > 1) {
             sumsq_ = b.take<float2>(std::max(chunk_, max_batch_));   // QK-norm sums [C]
@@ -467,29 +470,50 @@ private:
 
     // After layer L's RoPE has put this rank's n K/V rows in its pools: every rank's rows to every
     // rank. Packed into [cmax, KV] (copy_rows), all-gathered into [N, cmax, KV], then each other
-    // rank's rows into their places in the pools.
+    // rank's rows into their places in the pools. An FP8 cache moves its codes so, and their
+    // scales the same way beside them ([cmax, nKV] and [N, cmax, nKV], copy_scale_rows).
     void exchange_kv(const LayerCache<T>& L, int n) {
-        const int KV = c_.kv_dim(), N = tp_.cp_ranks;
-        T* pool[2] = {L.k_pool, L.v_pool};
-        for (int i = 0; i < 2; i++) copy_rows(cp_send_[i], pool[i], nullptr, meta_.rows[L.kind], n, KV, stream_);
-        ncclCheck(ncclGroupStart());
-        for (int i = 0; i < 2; i++)
-            ncclCheck(ncclAllGather(cp_send_[i], cp_recv_[i], (size_t)cp_cmax_ * KV, nccl_type<T>(), tp_.comm, stream_));
-        ncclCheck(ncclGroupEnd());
-        for (int i = 0; i < 2; i++) copy_rows(pool[i], cp_recv_[i], cp_rows_[L.kind], nullptr, N * cp_cmax_, KV, stream_);
+        const int KV = c_.kv_dim(), nKV = c_.n_kv_heads, N = tp_.cp_ranks, C = cp_cmax_, bs = kv_src_->block_size();
+        const int* mine = meta_.rows[L.kind];
+        with_pools(L, [&](auto* k, auto* v) {
+            using P = std::remove_pointer_t<decltype(k)>;   // T, or an FP8 cache's codes
+            constexpr bool fp8 = !std::is_same_v<P, T>;
+            P* pool[2] = {k, v};
+            float* scale[2] = {L.k_scale, L.v_scale};
+            P *send[2], *recv[2];
+            float *send_s[2], *recv_s[2];   // FP8: the scales, after the codes
+            for (int i = 0; i < 2; i++) {
+                send[i] = reinterpret_cast<P*>(cp_send_[i]), recv[i] = reinterpret_cast<P*>(cp_recv_[i]);
+                send_s[i] = reinterpret_cast<float*>(send[i] + (size_t)C * KV);       // [C, nKV]
+                recv_s[i] = reinterpret_cast<float*>(recv[i] + (size_t)N * C * KV);   // [N, C, nKV]
+                copy_rows(send[i], pool[i], nullptr, mine, n, KV, stream_);
+                if constexpr (fp8) copy_scale_rows(send_s[i], scale[i], nullptr, mine, n, nKV, bs, stream_);
+            }
+            ncclCheck(ncclGroupStart());
+            for (int i = 0; i < 2; i++) {
+                ncclCheck(ncclAllGather(send[i], recv[i], (size_t)C * KV, nccl_type<P>(), tp_.comm, stream_));
+                if constexpr (fp8) ncclCheck(ncclAllGather(send_s[i], recv_s[i], (size_t)C * nKV, ncclFloat, tp_.comm, stream_));
+            }
+            ncclCheck(ncclGroupEnd());
+            for (int i = 0; i < 2; i++) {
+                copy_rows(pool[i], recv[i], cp_rows_[L.kind], nullptr, N * C, KV, stream_);
+                if constexpr (fp8) copy_scale_rows(scale[i], recv_s[i], cp_rows_[L.kind], nullptr, N * C, nKV, bs, stream_);
+            }
+        });
     }
 
     // This rank's m query rows are two chunks of the prompt (cp_tokens), each attended as a
     // prefill chunk of its own over every key before it (all in the cache after exchange_kv).
-    void attend_two_chunks(const AttnParams<T>& ap, int m) {
+    template <typename C>
+    void attend_two_chunks(const AttnParams<T, C>& ap, int m) {
         const int Q = c_.q_dim(), count[2] = {cp_split_, m - cp_split_};
         for (int part = 0, r0 = 0; part < 2; r0 += count[part], part++) {
             if (count[part] == 0) continue;
-            AttnParams<T> a = ap;
+            AttnParams<T, C> a = ap;
             a.q = ap.q + (size_t)r0 * Q, a.n_q = count[part], a.pos0 = cp_pos0_ + part;
             if (ap.out16) a.out16 = ap.out16 + (size_t)r0 * Q;
             else a.out = ap.out + (size_t)r0 * Q;
-            if (count[part] > 1) attention_prefill(a, stream_);
+            if (count[part] > 1) attention_prefill(a, stream_, PrefillKernel::Best, prefill_ws_);
             else attention_decode(a, attn_ws_, stream_);
         }
     }
@@ -723,8 +747,7 @@ private:
             ap.s_cap = max_seq_, ap.block_table = meta_.tables[L.kind], ap.table_stride = stride_;
             ap.block_size = kv_src_->block_size();
             ap.prefill_keys = prefill;                                        // RoPE wrote the chunk's keys
-            if constexpr (std::is_same_v<C, T>)
-                if (cp_round_ && !prune) return attend_two_chunks(ap, m);   // (context parallel: a 16-bit cache)
+            if (cp_round_ && !prune) return attend_two_chunks(ap, m);         // (context parallel)
             if (prefill && m > 1) attention_prefill(ap, stream_, PrefillKernel::Best, prefill_ws_);
             else attention_decode(ap, attn_ws_, stream_);   // one row per sequence: splits of its keys fill the GPU
         });
@@ -846,7 +869,7 @@ template <typename T, typename G>
 std::unique_ptr<Engine> build_cuda_engine(const ModelConfig& c, const Checkpoint* ck, int max_seq, int kv_blocks,
                                           int max_batch, bool fp8, LoadProgress* progress, int max_chunk, int tp, int cp,
                                           bool kv_fp8) {
-    if (cp > 1) return std::make_unique<CpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, cp);
+    if (cp > 1) return std::make_unique<CpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, cp, kv_fp8);
     if (tp == 1)
         return std::make_unique<CudaEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, TpRank{}, kv_fp8);
     return std::make_unique<TpEngine<T, G>>(c, ck, max_seq, kv_blocks, max_batch, fp8, progress, max_chunk, tp, kv_fp8);
@@ -860,7 +883,6 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& c, const Checkpoint*
     if (std::string why = cuda_unsupported_reason(c); !why.empty()) fail(why);
     if (tp > 1 && cp > 1) fail("--tp and --cp cannot be combined yet");
     const bool kv_fp8 = kv == KvDType::FP8;
-    if (kv_fp8 && cp > 1) fail("--kv-dtype fp8 does not combine with --cp yet");
     for (auto [n, flag] : {std::pair{tp, "--tp "}, std::pair{cp, "--cp "}})
         if (n > 1 && n > cuda_device_count())
             fail(flag + std::to_string(n) + ": this machine has " + std::to_string(cuda_device_count()) + " GPU(s)");

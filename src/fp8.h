@@ -112,7 +112,7 @@ template <typename C> constexpr bool kFp8Cache = std::is_same_v<C, uint8_t>;
 OLMO_HOST_DEVICE inline int64_t kv_scale_index(int64_t block, int slot, int kvh, int nKV, int block_size) {
     return (block * nKV + kvh) * block_size + slot;
 }
-inline int64_t kv_scale_index(int64_t row, int kvh, int nKV, int block_size) {
+OLMO_HOST_DEVICE inline int64_t kv_scale_index(int64_t row, int kvh, int nKV, int block_size) {
     return kv_scale_index(row / block_size, (int)(row % block_size), kvh, nKV, block_size);
 }
 

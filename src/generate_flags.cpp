@@ -186,7 +186,6 @@ void check_flag_combinations(Options& o) {
              "--prompt-file, --beams, --output-ids and --random-weights");
     if (!o.system.empty() && !o.chat) fail("--system needs --chat");
     if (o.tp > 1 && o.cp > 1) fail("--tp and --cp cannot be combined yet");
-    if (kv_dtype(o.kv_dtype) == KvDType::FP8 && o.cp > 1) fail("--kv-dtype fp8 does not combine with --cp yet");
     if (o.tp > 1 && o.device == "cpu") fail("--tp splits the model over GPUs: it needs the CUDA engine, not --device cpu");
     if (o.cp > 1 && o.device == "cpu") fail("--cp shares a prompt between GPUs: it needs the CUDA engine, not --device cpu");
     if (o.n_gpu_layers < 0) return;

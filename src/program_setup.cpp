@@ -84,8 +84,8 @@ KvDType kv_dtype(const std::string& name) { return name == "fp8" ? KvDType::FP8 
 const char* const kKvDtypeHelp =
     "KV cache storage: auto = the --dtype's (fp32 on the CPU), fp8 = E4M3 with a scale per token and KV head: about "
     "half the bytes of bf16 (about twice the context in the same pool) and less to read per decode step at long "
-    "context, at a small cost in quality (measure with ./perplexity); on the GPU it needs --dtype bf16, fp16 or fp8, "
-    "and does not combine with --cp (default auto)";
+    "context, at a small cost in quality (measure with ./perplexity); on the GPU it needs --dtype bf16, fp16 or fp8 "
+    "(default auto)";
 
 void check_kv_dtype(KvDType kv, bool use_cuda, const std::string& dtype) {
     if (kv == KvDType::FP8 && use_cuda && device_dtype(dtype) == DeviceDType::F32)

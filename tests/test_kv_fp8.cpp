@@ -311,7 +311,6 @@ TEST(Cli, GenerateRunsWithAnFp8CacheOnTheCpu) {
 TEST(Cli, KvDtypeErrorsAreOneLine) {
     expect_cli_error("--device cpu --prompt-ids 1,2 --output-ids --kv-dtype bogus", "--kv-dtype");
     expect_cli_error("--device cpu --prompt-ids 1,2 --output-ids --kv-dtype bf16", "--kv-dtype");
-    expect_cli_error("--prompt-ids 1,2 --output-ids --kv-dtype fp8 --cp 2", "--kv-dtype fp8 does not combine with --cp");
     expect_cli_error("--device cpu --kv-dtype bogus --file tests/fixtures/perplexity/pinocchio.txt", "--kv-dtype",
                      "perplexity");
     if (cuda_available()) {

@@ -187,15 +187,23 @@ TEST(TensorParallelGpu, Fp8CacheMatchesOneGpu) {
 // --cp 2 against one GPU (fp32, 1e-5): prompts of 1 to 300 tokens in chunks of 16 rows, so that
 // the longer ones take several rounds (at most 2 x 16 tokens each) and the shortest run on GPU 0
 // alone; then three decode steps on the cache the two GPUs filled. bf16 and fp8 within 2e-2 (a
-// chunk's rows differ from one GPU's, and so may their rounding).
+// chunk's rows differ from one GPU's, and so may their rounding), each also with an FP8 KV cache
+// on both sides (its codes and scales exchanged: exchange_kv), within the same bar.
 TEST(TensorParallelGpu, ContextParallelMatchesOneGpu) {
     if (cuda_device_count() < kTp) GTEST_SKIP() << kFewGpus;
     TinyCheckpoint t({{"hidden_size", 64}, {"intermediate_size", 96}, {"num_attention_heads", 4},
                       {"num_key_value_heads", 2}, {"vocab_size", 301}, {"max_position_embeddings", 320}});
-    for (auto [dt, bar] : {std::pair{DeviceDType::F32, 1e-5}, std::pair{DeviceDType::BF16, 2e-2},
-                           std::pair{DeviceDType::FP8, 2e-2}}) {
-        auto one = make_cuda_engine(t.cfg, &t.ckpt, 320, dt, 0, 4, nullptr, 16);
-        auto two = make_cuda_engine(t.cfg, &t.ckpt, 320, dt, 0, 4, nullptr, 16, 1, kTp);
+    struct Case {
+        DeviceDType dt;
+        KvDType kv;
+        double bar;
+    };
+    for (auto [dt, kv, bar] : {Case{DeviceDType::F32, KvDType::Same, 1e-5}, Case{DeviceDType::BF16, KvDType::Same, 2e-2},
+                               Case{DeviceDType::FP8, KvDType::Same, 2e-2}, Case{DeviceDType::BF16, KvDType::FP8, 2e-2},
+                               Case{DeviceDType::FP8, KvDType::FP8, 2e-2}}) {
+        auto one = make_cuda_engine(t.cfg, &t.ckpt, 320, dt, 0, 4, nullptr, 16, 1, 1, kv);
+        auto two = make_cuda_engine(t.cfg, &t.ckpt, 320, dt, 0, 4, nullptr, 16, 1, kTp, kv);
+        if (kv == KvDType::FP8) EXPECT_NE(two->memory().kv_format.find("FP8"), std::string::npos) << two->memory().kv_format;
         for (int len : {1, 3, 4, 5, 33, 100, 300}) {
             const std::vector<int> prompt = random_ids(len, t.cfg.vocab, len);
             Engine* engines[2] = {one.get(), two.get()};
@@ -211,8 +219,9 @@ TEST(TensorParallelGpu, ContextParallelMatchesOneGpu) {
                 for (int e = 0; e < 2; e++) logits[e] = engines[e]->decode({seq[e]}, {(step * 7 + len) % t.cfg.vocab});
                 worst = std::max(worst, rel_l2(logits[1], logits[0]));
             }
-            std::printf("  cp2 %s, %d-token prompt: worst logits rel-L2 %.2e against one GPU\n",
-                        dt == DeviceDType::F32 ? "fp32" : dt == DeviceDType::BF16 ? "bf16" : "fp8", len, worst);
+            std::printf("  cp2 %s%s, %d-token prompt: worst logits rel-L2 %.2e against one GPU\n",
+                        dt == DeviceDType::F32 ? "fp32" : dt == DeviceDType::BF16 ? "bf16" : "fp8",
+                        kv == KvDType::FP8 ? ", FP8 cache" : "", len, worst);
             EXPECT_LE(worst, bar) << len << " tokens";
         }
     }
@@ -286,16 +295,16 @@ TEST(TensorParallelGpu, Fp8CheckpointSplits) {
     }
 }
 
-// --tp asks for more GPUs than there are, or a split the heads do not allow, or an FP8 cache
-// goes with --cp: one-line errors.
+// --tp asks for more GPUs than there are, or a split the heads do not allow, or goes with --cp:
+// one-line errors.
 TEST(TensorParallelGpu, BadSplitsAreRefused) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
     TinyCheckpoint t({{"num_attention_heads", 4}, {"num_key_value_heads", 2}});
     const int gpus = cuda_device_count();
     expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::F32, 0, 4, nullptr, 0, gpus + 1); },
                  {"--tp " + std::to_string(gpus + 1), "GPU"});
-    expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::BF16, 0, 4, nullptr, 0, 1, 2, KvDType::FP8); },
-                 {"--kv-dtype fp8", "--cp"});
+    expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::BF16, 0, 4, nullptr, 0, 2, 2); },
+                 {"--tp and --cp cannot be combined"});
     if (gpus >= 4) expect_error([&] { make_cuda_engine(t.cfg, &t.ckpt, 64, DeviceDType::F32, 0, 4, nullptr, 0, 4); },
                                 {"KV heads"});
 }
