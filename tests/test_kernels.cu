@@ -143,6 +143,46 @@ TYPED_TEST(Kernels, CopyRows) {
         }
 }
 
+// copy_scale_rows (context parallel's exchange of an FP8 cache): the scales of pool rows, nKV of
+// them a row at kv_scale_index (blocks of block_size rows), to and from a packed [n, nKV]
+// buffer, or from pool rows to pool rows; a -1 skips a row, and every other value of dst keeps
+// its own, as in CopyRows.
+TEST(KernelsMixed, CopyScaleRows) {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng{20261130};
+    struct Maps {
+        const char* what;
+        std::vector<int> dst, src;  // empty: packed row i
+    };
+    const int pool = 48;   // pool rows (6 or 3 blocks)
+    for (int block_size : {8, 16})
+        for (int nKV : {1, 3, 8})
+            for (int n : {1, 5, 33}) {
+                std::vector<int> rows(n);
+                for (int i = 0; i < n; i++) rows[i] = (i * 13 + 5) % pool;  // distinct pool rows
+                if (n > 1) rows[n / 2] = -1;
+                const std::vector<int> reversed(rows.rbegin(), rows.rend());
+                const std::vector<float> a = randn((size_t)pool * nKV, rng), b = randn((size_t)pool * nKV, rng);
+                for (const Maps& maps : {Maps{"pack", {}, rows}, Maps{"unpack", rows, {}}, Maps{"both", rows, reversed}}) {
+                    DeviceArray<int> d_dst_rows(maps.dst), d_src_rows(maps.src);
+                    DeviceArray<float> d_src(a), d_dst(b);
+                    copy_scale_rows(d_dst.get(), d_src.get(), maps.dst.empty() ? nullptr : d_dst_rows.get(),
+                                    maps.src.empty() ? nullptr : d_src_rows.get(), n, nKV, block_size, 0);
+                    auto at = [&](bool pooled, int row, int h) {
+                        return pooled ? kv_scale_index(row, h, nKV, block_size) : (int64_t)row * nKV + h;
+                    };
+                    std::vector<float> ref = b;
+                    for (int i = 0; i < n; i++) {
+                        const int d = maps.dst.empty() ? i : maps.dst[i], s = maps.src.empty() ? i : maps.src[i];
+                        if (d < 0 || s < 0) continue;
+                        for (int h = 0; h < nKV; h++) ref[at(!maps.dst.empty(), d, h)] = a[at(!maps.src.empty(), s, h)];
+                    }
+                    expect_close(d_dst.download(), ref, kExact,
+                                 fmt("copy_scale_rows %s block_size=%d nKV=%d n=%d", maps.what, block_size, nKV, n));
+                }
+            }
+}
+
 // ---- norms ----
 
 // Rows x H problems for the norms; `offset` shifts every pointer by one element (misaligned).
