@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -174,6 +175,16 @@ inline json tiny_dolma2_config() {
     cfg["max_position_embeddings"] = 512;
     return cfg;
 }
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// How long a run of ./generate may take to refuse what it checks before building anything:
+// the program's start (a GPU build also looks for a device), reading a tiny model's files and
+// the check. Building what was refused would take tens of seconds or fail to allocate; a
+// 1-second bound was missed by 5 ms once on a busy 2-core CI machine.
+constexpr double kRefusalSeconds = 5.0;
 
 struct RunResult {
     int code;
